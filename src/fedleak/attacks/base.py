@@ -1,0 +1,132 @@
+"""Attack interface, option handling and the registry behind ``fedleak.attacks.build``.
+
+An attack is a class with an ``Options`` dataclass and ``reconstruct(update, model, spec)``.
+Named variants (paper table rows such as ``ours-prior`` or ``dlg-adam``) are registered as an
+attack class plus fixed option values, so a variant is a configuration, not a copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar, Optional
+
+from torch import nn
+
+from ..errors import FedleakError, check_options, unknown_choice
+from ..params import check_update
+from ..types import DataSpec, Reconstruction, Update
+
+
+@dataclass(frozen=True)
+class AttackOptions:
+    """Options common to all attacks."""
+
+    seed: int = 0
+
+
+class Attack:
+    """Base class: subclasses set ``Options`` and implement :meth:`_reconstruct`.
+
+    Attacks see only what the server sees: the update, the model architecture (its weights are
+    replaced by the update's θˢ), and the public :class:`~fedleak.types.DataSpec`.
+    """
+
+    Options: ClassVar[type] = AttackOptions
+    name: ClassVar[str] = "attack"
+
+    def __init__(self, **options: Any) -> None:
+        self.options = make_options(self.Options, options, self.name)
+
+    def reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
+        if not isinstance(update, Update):
+            raise FedleakError(f"reconstruct needs a fedleak.Update, got {type(update).__name__}")
+        if not isinstance(spec, DataSpec):
+            raise FedleakError(f"reconstruct needs a fedleak.DataSpec, got {type(spec).__name__}")
+        check_update(update, model)
+        first = next(model.parameters())
+        update = update.to(device=first.device, dtype=first.dtype)
+        return self._reconstruct(update, model, spec)
+
+    def _reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"attack": self.name, **dataclasses.asdict(self.options)}
+
+
+def make_options(options_cls: type, given: dict, kind: str):
+    """Validate option names (clear error listing allowed ones) and coerce simple types."""
+    names = {f.name: f for f in fields(options_cls)}
+    check_options(f"attack {kind!r}", given, names)
+    coerced = {}
+    for key, value in given.items():
+        default = getattr(options_cls, key, None) if not isinstance(names[key].default, dataclasses._MISSING_TYPE) else None
+        coerced[key] = _coerce(key, value, default)
+    try:
+        return options_cls(**coerced)
+    except TypeError as exc:
+        raise FedleakError(f"invalid options for attack {kind!r}: {exc}") from None
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    if default is None or value is None:
+        return value
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                if value.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if value.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if isinstance(default, int) and not isinstance(default, bool):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, tuple) and isinstance(value, (list, tuple)):
+            return tuple(value)
+    except (TypeError, ValueError):
+        raise FedleakError(f"option {key!r} expects a {type(default).__name__}, got {value!r}") from None
+    return value
+
+
+@dataclass(frozen=True)
+class _Entry:
+    cls: type
+    fixed: dict
+    description: str
+
+
+ATTACKS: dict[str, _Entry] = {}
+
+
+def register(name: str, cls: type, description: str, **fixed: Any) -> None:
+    """Register ``cls`` under ``name`` with option values ``fixed`` (a named variant)."""
+    ATTACKS[name] = _Entry(cls, dict(fixed), description)
+
+
+def build(name: str, **options: Any) -> Attack:
+    """Instantiate a registered attack or variant; user ``options`` override the variant's values."""
+    _ensure_loaded()
+    if name not in ATTACKS:
+        raise unknown_choice("attack", name, ATTACKS)
+    entry = ATTACKS[name]
+    attack = entry.cls(**{**entry.fixed, **options})
+    attack.variant = name
+    return attack
+
+
+def available() -> dict[str, str]:
+    _ensure_loaded()
+    return {name: entry.description for name, entry in sorted(ATTACKS.items())}
+
+
+_loaders: list[Callable[[], None]] = []
+
+
+def _ensure_loaded() -> None:
+    from . import _registry  # noqa: F401  (imports every attack module, which register themselves)

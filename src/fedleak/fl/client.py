@@ -1,0 +1,224 @@
+"""The one client update (Alg. 1 of Dimitrov et al., "Data Leakage in Federated Averaging").
+
+The victim and every attacker's simulation call :func:`local_training`:
+
+* the victim (:func:`client_update`) draws the batch order from a seeded generator, a fresh
+  permutation at the start of every epoch (the paper's ``--rand_batch``, research note §A.3);
+* an attacker passes its own explicit ``schedule`` (e.g. per-epoch dummy variables, SimUpdate,
+  Dimitrov et al. §4) and ``create_graph=True`` so the whole unrolled simulation is
+  differentiable with respect to the dummy inputs and labels.
+
+Each step is plain SGD on the mean cross-entropy of the minibatch, w ← w − η·(1/|b|)·Σ∇ℓ, no
+momentum, no lr decay. The result carries the final weights θᶜ and the summed gradient
+Σ_t g_t = (θˢ − θᶜ)/η (the pseudo-gradient the server computes), accumulated directly so that it
+has no cancellation error. Defenses (:mod:`fedleak.fl.defenses`) act on per-example gradients,
+computed with ``torch.func.vmap``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from ..errors import FedleakError
+from ..params import NORM_TYPES, buffers_of, check_finite, params_of
+from ..types import ClientData, Params, Protocol, Update
+from .defenses import Defense
+
+Schedule = list[list[torch.Tensor]]  # epochs × batches × sample indices
+
+
+def batch_schedule(num_samples: int, protocol: Protocol, generator: Optional[torch.Generator] = None) -> Schedule:
+    """The victim's batch order: per epoch, consecutive minibatches of a permutation.
+
+    A fresh permutation is drawn at the start of every epoch (including the first) when
+    ``protocol.reshuffle``; otherwise the data order is used every epoch. The last batch is
+    smaller when m does not divide N (research note §A.3). FedSGD is one batch of all N.
+    """
+    size = protocol.batch_size_for(num_samples)
+    schedule = []
+    for _ in range(protocol.local_epochs()):
+        if protocol.algorithm == "fedavg" and protocol.reshuffle:
+            order = torch.randperm(num_samples, generator=generator)
+        else:
+            order = torch.arange(num_samples)
+        schedule.append(list(order.split(size)))
+    return schedule
+
+
+def sequential_schedule(num_samples: int, protocol: Protocol, epochs: Optional[int] = None,
+                        per_epoch_inputs: bool = False) -> Schedule:
+    """The attacker's fixed schedule: consecutive slices, the same order every epoch.
+
+    With ``per_epoch_inputs`` the dummy tensor holds E·N images, epoch e using images
+    ``[e·N, (e+1)·N)`` (SimUpdate's per-epoch variables, Dimitrov et al. §4.1); otherwise every
+    epoch reuses the same N images (the "Shared" baseline).
+    """
+    size = protocol.batch_size_for(num_samples)
+    epochs = protocol.local_epochs() if epochs is None else epochs
+    base = torch.arange(num_samples)
+    return [list((base + (e * num_samples if per_epoch_inputs else 0)).split(size)) for e in range(epochs)]
+
+
+@dataclass
+class LocalResult:
+    """θ after local training, the summed gradient Σ_t g_t, and optionally every step's gradient."""
+
+    params: Params
+    grad_sum: Params
+    num_steps: int
+    step_grads: list[Params] = field(default_factory=list)
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy; ``labels`` are class indices (N,) or probabilities (N, C) (DLG's soft labels)."""
+    return F.cross_entropy(logits, labels)
+
+
+@contextmanager
+def _mode(model: nn.Module, train: bool):
+    previous = model.training
+    model.train(train)
+    try:
+        yield
+    finally:
+        model.train(previous)
+
+
+def has_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, NORM_TYPES) and not isinstance(m, nn.LayerNorm) for m in model.modules())
+
+
+def local_training(
+    model: nn.Module,
+    params: Params,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    schedule: Sequence[Sequence[torch.Tensor]],
+    lr: float,
+    *,
+    buffers: Optional[Params] = None,
+    create_graph: bool = False,
+    defense: Optional[Defense] = None,
+    generator: Optional[torch.Generator] = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
+    keep_steps: bool = False,
+    train_mode: bool = True,
+) -> LocalResult:
+    """Run local SGD (Alg. 1) from ``params`` over ``schedule``; functional, optionally differentiable.
+
+    ``params`` are the starting weights (θˢ, not modified); ``inputs``/``labels`` the data the
+    schedule indexes into. With ``create_graph`` the returned weights and gradient sum stay
+    connected to ``inputs``/``labels`` (and to ``params`` if they require grad) for attacks that
+    differentiate through the simulation. ``buffers`` (BatchNorm statistics) are copied, never
+    modified in place.
+    """
+    defense = defense if defense is not None else Defense()
+    buffers = {k: v.clone() for k, v in (buffers or {}).items()}
+    names = list(params)
+    current = {k: (v if create_graph else v.detach()) for k, v in params.items()}
+    grad_sum: Optional[Params] = None
+    steps: list[Params] = []
+    count = 0
+    with _mode(model, train_mode):
+        for epoch in schedule:
+            for batch in epoch:
+                batch = batch.to(inputs.device)
+                x, y = inputs.index_select(0, batch), labels.index_select(0, batch)
+                if defense.active:
+                    g = _defended_batch_gradient(model, current, buffers, x, y, loss_fn, defense, generator)
+                else:
+                    g = _batch_gradient(model, current, buffers, x, y, loss_fn, create_graph)
+                current = {k: current[k] - lr * g[k] for k in names}
+                if not create_graph:
+                    current = {k: v.detach() for k, v in current.items()}
+                grad_sum = g if grad_sum is None else {k: grad_sum[k] + g[k] for k in names}
+                if keep_steps:
+                    steps.append(g)
+                count += 1
+    if grad_sum is None:
+        raise FedleakError("the batch schedule is empty: no local step was taken")
+    return LocalResult(current, grad_sum, count, steps)
+
+
+def _leaves(current: Params, create_graph: bool) -> Params:
+    """Tensors to differentiate with respect to: the graph-connected ones, or fresh leaves."""
+    if create_graph:
+        return {k: (v if v.requires_grad else v.detach().requires_grad_(True)) for k, v in current.items()}
+    return {k: v.detach().requires_grad_(True) for k, v in current.items()}
+
+
+def _batch_gradient(model, current, buffers, x, y, loss_fn, create_graph) -> Params:
+    leaves = _leaves(current, create_graph)
+    with torch.enable_grad():
+        logits = functional_call(model, {**leaves, **buffers}, (x,))
+        loss = loss_fn(logits, y)
+        grads = torch.autograd.grad(loss, list(leaves.values()), create_graph=create_graph, allow_unused=True)
+    return {k: (g if g is not None else torch.zeros_like(leaves[k])) for k, g in zip(leaves, grads)}
+
+
+def _defended_batch_gradient(model, current, buffers, x, y, loss_fn, defense, generator) -> Params:
+    """Per-example gradients (vmap), the defense on each, then the minibatch mean (App. A.10)."""
+    if has_batchnorm(model):
+        raise FedleakError("per-example gradient defenses need a model without BatchNorm (per-example "
+                           "gradients are undefined with batch statistics); use e.g. femnist-cnn or lenet")
+    detached = {k: v.detach() for k, v in current.items()}
+
+    def single_loss(p, xi, yi):
+        logits = functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),))
+        return loss_fn(logits, yi.unsqueeze(0))
+
+    per_example = vmap(grad(single_loss), in_dims=(None, 0, 0))(detached, x, y)
+    per_example = defense.apply(per_example, generator)
+    return {k: g.mean(0) for k, g in per_example.items()}
+
+
+def client_update(
+    model: nn.Module,
+    data: ClientData,
+    protocol: Protocol,
+    *,
+    seed: int = 0,
+    defense: Defense | str | None = None,
+    params: Optional[Params] = None,
+    buffers: Optional[Params] = None,
+    metadata: Optional[dict] = None,
+) -> Update:
+    """The honest client: train on ``data`` under ``protocol`` from the model's weights θˢ.
+
+    Returns the :class:`~fedleak.types.Update` the server receives: the gradient for FedSGD,
+    the client weights θᶜ for FedAvg. The batch order and the defense noise come from a
+    generator seeded with ``seed`` (on the data's device), so the update is reproducible.
+    """
+    if not isinstance(data, ClientData):
+        raise FedleakError(f"client_update needs a fedleak.ClientData, got {type(data).__name__}")
+    defense = Defense.parse(defense)
+    server = params if params is not None else params_of(model)
+    buffers = buffers if buffers is not None else buffers_of(model)
+    check_finite(server, "model parameters")
+    first = next(iter(server.values()))
+    inputs = data.inputs.to(device=first.device, dtype=first.dtype)
+    if not bool(torch.isfinite(inputs).all()):
+        raise FedleakError(f"client {data.client_id} has NaN or inf inputs")
+    if data.labels.dtype.is_floating_point:
+        raise FedleakError("client labels must be integer class indices")
+    generator = torch.Generator(device=first.device)
+    generator.manual_seed(int(seed))
+    schedule = batch_schedule(len(data), protocol, generator)
+    try:
+        result = local_training(model, server, inputs, data.labels.to(first.device), schedule, protocol.lr,
+                                buffers=buffers, defense=defense, generator=generator)
+    except (RuntimeError, IndexError) as exc:
+        raise FedleakError(f"the model cannot be trained on client {data.client_id}'s data "
+                           f"(inputs {tuple(inputs.shape)}, labels {data.labels.min().item()}..{data.labels.max().item()}): "
+                           f"{str(exc).splitlines()[0]}") from None
+    meta = {"client_id": data.client_id, "seed": int(seed), "defense": defense.to_json(), **(metadata or {})}
+    if protocol.algorithm == "fedsgd":
+        return Update(server, protocol, len(data), gradient=result.grad_sum, buffers=buffers, metadata=meta)
+    return Update(server, protocol, len(data), client_params=result.params, buffers=buffers, metadata=meta)

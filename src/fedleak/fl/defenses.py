@@ -1,0 +1,115 @@
+"""Defenses applied to every per-example gradient inside the client update.
+
+Dimitrov et al., App. B.1 / Table 6 (research note §A.10): at every local step, *each
+per-example gradient* is perturbed before the minibatch average —
+
+* ``gaussian``: add i.i.d. N(0, σ²) to every coordinate (``dp_gaussian_σ``);
+* ``laplacian``: add i.i.d. Laplace(0, b) to every coordinate (``dp_laplacian_b``);
+* ``pruning``: zero every coordinate independently with probability p, no rescaling
+  (``random_pruning_p``).
+
+``clip`` optionally bounds each per-example gradient's global L2 norm first (the clipping step of
+DP-SGD, Abadi et al. 2016); with ``gaussian`` noise this is the DP-SGD mechanism without an
+accountant. The paper's defenses use no clipping.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+
+from ..errors import FedleakError
+from ..types import Params
+
+KINDS = ("none", "gaussian", "laplacian", "pruning")
+_PAPER_NAMES = {"dp_gaussian": "gaussian", "dp_laplacian": "laplacian", "random_pruning": "pruning"}
+
+
+@dataclass(frozen=True)
+class Defense:
+    """A per-example gradient defense: ``kind`` with strength ``scale`` (σ, b or p) and optional ``clip``."""
+
+    kind: str = "none"
+    scale: float = 0.0
+    clip: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise FedleakError(f"unknown defense {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.scale < 0:
+            raise FedleakError(f"defense scale must be non-negative, got {self.scale}")
+        if self.kind == "pruning" and not 0 <= self.scale < 1:
+            raise FedleakError(f"pruning probability must be in [0, 1), got {self.scale}")
+        if self.clip is not None and self.clip <= 0:
+            raise FedleakError(f"clipping norm must be positive, got {self.clip}")
+
+    @property
+    def active(self) -> bool:
+        return self.clip is not None or (self.kind != "none" and self.scale > 0)
+
+    @classmethod
+    def parse(cls, text: str | dict | None) -> "Defense":
+        """Parse ``"gaussian:0.01"``, ``"dp_gaussian_0.01"`` (the paper's names), ``"none"`` or a dict."""
+        if text is None:
+            return cls()
+        if isinstance(text, Defense):
+            return text
+        if isinstance(text, dict):
+            return cls(**text)
+        text = text.strip()
+        if text in ("", "none"):
+            return cls()
+        match = re.fullmatch(r"(dp_gaussian|dp_laplacian|random_pruning)_([0-9.eE+-]+)", text)
+        if match:
+            return cls(_PAPER_NAMES[match.group(1)], float(match.group(2)))
+        kind, _, rest = text.partition(":")
+        try:
+            scale = float(rest) if rest else 0.0
+        except ValueError:
+            raise FedleakError(f"cannot parse defense {text!r}; use e.g. 'gaussian:0.01' or 'dp_laplacian_0.02'") from None
+        return cls(kind, scale)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def apply(self, per_example: Params, generator: Optional[torch.Generator] = None) -> Params:
+        """Perturb per-example gradients (leading dimension = examples)."""
+        grads = per_example
+        if self.clip is not None:
+            grads = clip_per_example(grads, self.clip)
+        if self.kind == "none" or self.scale == 0:
+            return grads
+        out = {}
+        for name, g in grads.items():
+            if self.kind == "gaussian":
+                out[name] = g + self.scale * _randn_like(g, generator)
+            elif self.kind == "laplacian":
+                out[name] = g + _laplace_like(g, self.scale, generator)
+            else:
+                keep = _rand_like(g, generator) >= self.scale
+                out[name] = g * keep
+        return out
+
+
+def clip_per_example(per_example: Params, max_norm: float) -> Params:
+    """Scale each example's gradient so its global L2 norm is at most ``max_norm``."""
+    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in per_example.values())
+    factor = (max_norm / (sq.sqrt() + 1e-12)).clamp(max=1.0)
+    return {k: g * factor.view(-1, *([1] * (g.dim() - 1))) for k, g in per_example.items()}
+
+
+def _rand_like(t: torch.Tensor, generator) -> torch.Tensor:
+    return torch.rand(t.shape, generator=generator, device=t.device, dtype=t.dtype)
+
+
+def _randn_like(t: torch.Tensor, generator) -> torch.Tensor:
+    return torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype)
+
+
+def _laplace_like(t: torch.Tensor, scale: float, generator) -> torch.Tensor:
+    # inverse CDF of Laplace(0, b): -b·sign(u)·log(1 − 2|u|), u ~ U(−½, ½)
+    u = _rand_like(t, generator) - 0.5
+    return -scale * torch.sign(u) * torch.log1p(-2 * u.abs().clamp(max=0.5 - 1e-7))
