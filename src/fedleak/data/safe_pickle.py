@@ -1,0 +1,73 @@
+"""Reading the CIFAR python pickles without running arbitrary code.
+
+A pickle can name any importable callable (``os.system``, ...) and have it called while loading, so
+``pickle.load`` must never see an untrusted file. :class:`RestrictedUnpickler` resolves only the
+globals numpy needs to rebuild an ``ndarray`` (the recipe of ``ndarray.__reduce__``:
+``multiarray._reconstruct`` + ``ndarray`` + ``dtype``; ``numeric._frombuffer`` for protocol-5
+pickles; ``multiarray.scalar`` for numpy scalars), under both the numpy 1.x (``numpy.core``)
+and numpy 2.x (``numpy._core``) module names;
+everything else raises :class:`FedleakError`. Dicts, lists, strings, bytes and numbers need no
+globals.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FedleakError
+from .common import read_bytes
+
+
+def _numpy_globals() -> dict:
+    try:
+        from numpy._core import multiarray, numeric
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray, numeric
+    allowed = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+    }
+    for module in ("numpy.core", "numpy._core"):
+        allowed[(f"{module}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        allowed[(f"{module}.multiarray", "scalar")] = multiarray.scalar
+        allowed[(f"{module}.numeric", "_frombuffer")] = numeric._frombuffer
+    return allowed
+
+
+_ALLOWED = _numpy_globals()
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler that builds numpy arrays and plain containers, and nothing else."""
+
+    def __init__(self, file, source: str = "<pickle>"):
+        super().__init__(file, encoding="bytes")
+        self.source = source
+
+    def find_class(self, module: str, name: str):
+        found = _ALLOWED.get((module, name))
+        if found is None:
+            raise FedleakError(
+                f"refusing to load {self.source}: the pickle references {module}.{name}, which is not "
+                "one of the numpy array types a CIFAR file needs"
+            )
+        return found
+
+    def persistent_load(self, pid):
+        raise FedleakError(f"refusing to load {self.source}: it uses persistent ids")
+
+
+def load_pickle(path: Path):
+    """Unpickle ``path`` (``.gz`` allowed) with :class:`RestrictedUnpickler`; errors name the file."""
+    raw = read_bytes(path)
+    try:
+        return RestrictedUnpickler(io.BytesIO(raw), str(path)).load()
+    except FedleakError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
+            KeyError, MemoryError, OverflowError, UnicodeDecodeError) as exc:
+        raise FedleakError(f"corrupt pickle file {path}: {type(exc).__name__}: {exc}") from None
