@@ -152,7 +152,7 @@ def read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
 def read_npz(path: Path, name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
     """The ``split`` images and labels of a CIFAR ``.npz`` (see the module docstring)."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as archive:
             keys = set(archive.files)
             x_key = f"{split}_x"
             if x_key not in keys:

@@ -80,6 +80,10 @@ def read_file(path: Path) -> dict:
 
 
 def _to_arrays(x: list, y: list, path: Path, user: str) -> tuple[np.ndarray, np.ndarray]:
+    for i, row in enumerate(x):
+        if not isinstance(row, list) or len(row) != 28 * 28:
+            size = len(row) if isinstance(row, list) else type(row).__name__
+            raise FedleakError(f"{path}: user {user!r} sample {i} must be a row of 784 values, got {size}")
     try:
         images = np.asarray(x, dtype=np.float32)
         labels = np.asarray(y, dtype=np.int64)

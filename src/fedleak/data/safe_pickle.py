@@ -5,13 +5,14 @@ A pickle can name any importable callable (``os.system``, ...) and have it calle
 globals numpy needs to rebuild an ``ndarray`` (the recipe of ``ndarray.__reduce__``:
 ``multiarray._reconstruct`` + ``ndarray`` + ``dtype``; ``numeric._frombuffer`` for protocol-5
 pickles; ``multiarray.scalar`` for numpy scalars), under both the numpy 1.x (``numpy.core``)
-and numpy 2.x (``numpy._core``) module names;
-everything else raises :class:`FedleakError`. Dicts, lists, strings, bytes and numbers need no
-globals.
+and numpy 2.x (``numpy._core``) module names, plus ``_codecs.encode`` limited to latin-1, which
+Python 3 uses for ``bytes`` in protocol 0-2 pickles. Everything else raises
+:class:`FedleakError`. Dicts, lists, strings, bytes and numbers need no globals.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import pickle
 from pathlib import Path
@@ -22,6 +23,12 @@ from ..errors import FedleakError
 from .common import read_bytes
 
 
+def _latin1_encode(text, encoding="utf-8", errors="strict"):
+    if encoding not in ("latin1", "latin-1", "iso-8859-1"):
+        raise FedleakError(f"refusing pickle: _codecs.encode with encoding {encoding!r}")
+    return codecs.encode(text, encoding, errors)
+
+
 def _numpy_globals() -> dict:
     try:
         from numpy._core import multiarray, numeric
@@ -30,6 +37,9 @@ def _numpy_globals() -> dict:
     allowed = {
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
+        # Python 3 writes ``bytes`` into protocol 0-2 pickles as _codecs.encode(str, "latin1"),
+        # so arrays re-pickled by Python 3 at those protocols need it; it only converts text.
+        ("_codecs", "encode"): _latin1_encode,
     }
     for module in ("numpy.core", "numpy._core"):
         allowed[(f"{module}.multiarray", "_reconstruct")] = multiarray._reconstruct
