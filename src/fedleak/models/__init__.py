@@ -1,0 +1,34 @@
+"""Model zoo: ``build(name, spec, seed=0, **options)`` and the registry of names.
+
+>>> from fedleak.models import build, MODELS
+>>> model = build("femnist-cnn", spec)          # float32, CPU, train mode, deterministic in seed
+
+``MODELS`` maps every name to a one-line description; ``register(name, description)`` is the
+decorator other modules (``models/imprint.py``) use to add models. See :mod:`.zoo` for the
+networks and the papers they follow.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from .registry import MODELS, build, model_options, register
+from .zoo import (
+    BasicBlock,
+    ConvNet,
+    DimitrovCNN,
+    LeNetZhu,
+    MLP,
+    ResNet,
+    lecun_normal_,
+)
+
+__all__ = [
+    "MODELS", "build", "model_options", "register",
+    "BasicBlock", "ConvNet", "DimitrovCNN", "LeNetZhu", "MLP", "ResNet", "lecun_normal_",
+]
+
+# The malicious imprint models register themselves on import; load them with the zoo so that
+# MODELS is complete. Done last: imprint.py may import ``register`` from this package.
+if find_spec(f"{__name__}.imprint") is not None:
+    from . import imprint  # noqa: E402,F401

@@ -1,0 +1,100 @@
+"""The model registry: names -> factories, and the one :func:`build` entry point.
+
+A factory is a callable ``factory(spec, *, option=default, ...) -> nn.Module``. Its keyword-only
+parameters are the options users may pass to :func:`build`; anything else is rejected with the
+allowed names listed. Other modules (``models/imprint.py``) add models with the
+:func:`register` decorator.
+
+:func:`build` seeds a *forked* copy of the CPU random number generator, so the same name, spec,
+seed and options always give the same weights and the caller's global RNG state is left
+untouched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from ..errors import FedleakError, check_options, unknown_choice
+from ..types import DataSpec
+
+Factory = Callable[..., nn.Module]
+
+#: Registered model names -> one-line description (insertion order = registration order).
+MODELS: dict[str, str] = {}
+_FACTORIES: dict[str, Factory] = {}
+
+
+def register(name: str, description: str, *, replace: bool = False) -> Callable[[Factory], Factory]:
+    """Decorator adding ``factory`` to the zoo under ``name``.
+
+    ``factory(spec, *, opt=default, ...)`` must build a fresh model from the
+    :class:`~fedleak.types.DataSpec`; it may draw random numbers from the global torch RNG
+    (``build`` seeds and restores it). Registering a taken name raises unless ``replace``.
+    """
+    if not isinstance(name, str) or not name:
+        raise FedleakError(f"model name must be a non-empty string, got {name!r}")
+
+    def decorator(factory: Factory) -> Factory:
+        if not callable(factory):
+            raise FedleakError(f"model factory for {name!r} is not callable")
+        existing = _FACTORIES.get(name)
+        if existing is not None and existing is not factory and not replace:
+            raise FedleakError(f"model {name!r} is already registered; pass replace=True to override it")
+        _FACTORIES[name] = factory
+        MODELS[name] = description
+        return factory
+
+    return decorator
+
+
+def _option_defaults(factory: Factory) -> Optional[dict[str, Any]]:
+    """Keyword-only parameters of ``factory`` with their defaults (``None``: accepts any)."""
+    options: dict[str, Any] = {}
+    for param in inspect.signature(factory).parameters.values():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            return None
+        if param.kind is inspect.Parameter.KEYWORD_ONLY:
+            options[param.name] = None if param.default is inspect.Parameter.empty else param.default
+    return options
+
+
+def _factory(name: str) -> Factory:
+    if name not in _FACTORIES:
+        raise unknown_choice("model", name, MODELS)
+    return _FACTORIES[name]
+
+
+def model_options(name: str) -> dict[str, Any]:
+    """The options model ``name`` accepts, with their defaults (empty if it takes any)."""
+    return dict(_option_defaults(_factory(name)) or {})
+
+
+def build(name: str, spec: DataSpec, seed: int = 0, **options: Any) -> nn.Module:
+    """Build model ``name`` for ``spec``: float32, on CPU, in train mode, deterministic in ``seed``.
+
+    Unknown names and options raise :class:`~fedleak.errors.FedleakError` naming the allowed
+    values. The global torch RNG state is the same after the call as before it.
+    """
+    factory = _factory(name)
+    if not isinstance(spec, DataSpec):
+        raise FedleakError(f"build({name!r}) needs a DataSpec, got {type(spec).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise FedleakError(f"model seed must be an integer, got {seed!r}")
+    seed = int(seed)
+    allowed = _option_defaults(factory)
+    if allowed is not None:
+        check_options(f"model {name!r}", options, allowed)
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+        # Seed only the CPU generator: torch.manual_seed would also reseed (and leak into) CUDA.
+        torch.random.default_generator.manual_seed(seed)
+        model = factory(spec, **options)
+    if not isinstance(model, nn.Module):
+        raise FedleakError(f"model factory {name!r} returned {type(model).__name__}, not an nn.Module")
+    model = model.to(device="cpu", dtype=torch.float32)
+    model.train()
+    return model
