@@ -409,7 +409,8 @@ def test_imagefolder(image_root: Path) -> None:
                 assert torch.allclose(image[0], torch.ones(32, 32), atol=1e-4)
     grey, _ = fedleak.data.load("imagefolder", root=image_root, channels=1, image_size=16, mean=0.5, std=0.25)
     assert grey.shape == (1, 16, 16) and grey.mean == (0.5,) and grey.std == (0.25,)
-    assert fedleak.data.spec_for("imagefolder", root=image_root, mean=0.5, std=0.5, channels=1).class_names == ("blue", "red")
+    folder_spec = fedleak.data.spec_for("imagefolder", root=image_root, mean=0.5, std=0.5, channels=1)
+    assert folder_spec.class_names == ("blue", "red") and folder_spec.shape == (1, 32, 32)
 
 
 def test_imagefolder_errors(image_root: Path, tmp_path: Path) -> None:
