@@ -54,6 +54,7 @@ class OptimizerConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     log_every: int = 10
+    lbfgs_inner: int = 20
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -94,7 +95,8 @@ def _make_optimizer(config: OptimizerConfig, variables: Sequence[torch.Tensor]):
         return torch.optim.Adam(variables, lr=config.lr, betas=config.betas, eps=config.eps)
     if config.optimizer == "sgd":
         return torch.optim.SGD(variables, lr=config.lr)
-    return torch.optim.LBFGS(variables, lr=config.lr, max_iter=1, history_size=100, line_search_fn=None)
+    # DLG calls torch's L-BFGS step (up to 20 inner iterations) once per outer iteration.
+    return torch.optim.LBFGS(variables, lr=config.lr, max_iter=config.lbfgs_inner, history_size=100)
 
 
 def optimize(
