@@ -60,19 +60,25 @@ def epoch_gradient_target(update: Update, model: nn.Module) -> tuple[Params, Sim
     return update.pseudo_gradient(), simulate, n
 
 
-def simulation_target(update: Update, model: nn.Module, per_epoch_inputs: bool) -> tuple[Params, Simulate, int]:
+def simulation_target(update: Update, model: nn.Module, per_epoch_inputs: bool,
+                      schedule=None) -> tuple[Params, Simulate, int]:
     """Unrolled local SGD with the attacker's consecutive batches (Dimitrov et al. SimUpdate).
 
-    With ``per_epoch_inputs`` there are E·N dummy images (epoch e uses block e) and the labels are
-    tiled E times; otherwise the same N images serve every epoch (the ``shared`` baseline).
+    With ``per_epoch_inputs`` there are E·N dummy images (epoch e uses block e) and a length-N
+    label sequence is tiled E times (a length-E·N sequence is used as given: per-epoch labels, the
+    known-batch-labels ablation of Table 8); otherwise the same N images serve every epoch (the
+    ``shared`` baseline). ``schedule`` (epochs × batches × indices into the dummy inputs) replaces
+    the consecutive batches, e.g. a batch composition the server was told.
     """
     n = update.num_samples
     protocol = update.protocol
     epochs = protocol.local_epochs()
-    schedule = sequential_schedule(n, protocol, per_epoch_inputs=per_epoch_inputs)
+    if schedule is None:
+        schedule = sequential_schedule(n, protocol, per_epoch_inputs=per_epoch_inputs)
 
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
-        tiled = labels.repeat(epochs, *([1] * (labels.dim() - 1))) if per_epoch_inputs else labels
+        tile = per_epoch_inputs and labels.shape[0] == n
+        tiled = labels.repeat(epochs, *([1] * (labels.dim() - 1))) if tile else labels
         sched = [[b.to(inputs.device) for b in epoch] for epoch in schedule]
         return local_training(model, update.server_params, inputs, tiled, sched, protocol.lr,
                               buffers=update.buffers, create_graph=True).grad_sum
