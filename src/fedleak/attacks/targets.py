@@ -11,6 +11,8 @@ Every simulation goes through the one client update, :func:`fedleak.fl.local_tra
 * :func:`simulation_target` — the full local-step simulation with the attacker's fixed batch
   order: one shared image set for all epochs (IG's FedAvg simulation = the ``shared`` baseline,
   mode ``full``) or one set per epoch (SimUpdate, Dimitrov et al. §4.1, mode ``full_many``).
+* :func:`interpolated_epoch_target` — AWA's interpolated per-epoch update (Song et al. 2023
+  Eqs. 19–21): one epoch of minibatch SGD from the interpolated θ_{e−1}, matched to (θ_E − θ_0)/E.
 
 A target returns ``(observed, simulate, num_inputs)``; ``simulate(inputs, labels)`` takes the
 dummy inputs and the length-N label sequence (per-epoch targets tile it over epochs).
@@ -23,6 +25,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..errors import FedleakError
 from ..fl.client import local_training, sequential_schedule
 from ..types import Params, Update
 
@@ -84,3 +87,34 @@ def simulation_target(update: Update, model: nn.Module, per_epoch_inputs: bool,
                               buffers=update.buffers, create_graph=True).grad_sum
 
     return update.pseudo_gradient(), simulate, n * epochs if per_epoch_inputs else n
+
+
+def interpolated_epoch_target(update: Update, model: nn.Module, epoch: int = 1) -> tuple[Params, Simulate, int]:
+    """AWA's interpolated per-epoch target (Song, Wang, Zuazua 2023, §4.1, Eqs. 19–21).
+
+    With E local epochs the intermediate weights are interpolated linearly,
+    θ_e ≈ θ_0 + (e/E)(θ_E − θ_0) (Eq. 19), so every epoch's update is Δθ_e ≈ (θ_E − θ_0)/E
+    (Eq. 20). The simulation runs *one* epoch of minibatch SGD (the attacker's consecutive
+    batches, scenario 3) on the N dummy images from θ_{e−1} (Eq. 21). Both sides are expressed as
+    summed gradients (update / −η), like the other targets: observed Ĝ/E, simulated Σ_t g_t.
+    """
+    if update.is_fedsgd:
+        raise FedleakError("the interpolated per-epoch target needs a FedAvg update (client weights), "
+                           "got a FedSGD gradient")
+    protocol = update.protocol
+    epochs = protocol.local_epochs()
+    if int(epoch) != epoch or not 1 <= epoch <= epochs:
+        raise FedleakError(f"epoch must be an integer in 1..{epochs} (the update has E={epochs}), got {epoch!r}")
+    n = update.num_samples
+    fraction = (epoch - 1) / epochs
+    start = {k: update.server_params[k] + fraction * (update.client_params[k] - update.server_params[k])
+             for k in update.server_params}
+    observed = {k: g / epochs for k, g in update.pseudo_gradient().items()}
+    schedule = sequential_schedule(n, protocol, epochs=1)
+
+    def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
+        sched = [[b.to(inputs.device) for b in ep] for ep in schedule]
+        return local_training(model, start, inputs, labels, sched, protocol.lr,
+                              buffers=update.buffers, create_graph=True).grad_sum
+
+    return observed, simulate, n
