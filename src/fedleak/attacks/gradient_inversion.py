@@ -50,6 +50,7 @@ class GradientInversionOptions(AttackOptions):
     labels: str = "auto"
     target: str = "auto"
     log_every: int = 10
+    stop_loss: float = 0.0
 
 
 class GradientInversion(Attack):
@@ -70,7 +71,7 @@ class GradientInversion(Attack):
         if o.init not in INITS:
             raise FedleakError(f"unknown init {o.init!r}; allowed: {', '.join(INITS)}")
         self.config = OptimizerConfig(optimizer=o.optimizer, lr=o.lr, iterations=o.iterations, schedule=o.schedule,
-                                      signed=o.signed, log_every=o.log_every)
+                                      signed=o.signed, log_every=o.log_every, stop_loss=o.stop_loss)
 
     def _label_strategy(self, update: Update) -> str:
         if self.options.labels != "auto":
@@ -106,11 +107,11 @@ register("inverting-gradients", GradientInversion,
 register("dlg", GradientInversion,
          "DLG (Zhu et al. 2019): joint inputs + soft labels, squared L2, L-BFGS",
          distance="l2", optimizer="lbfgs", lr=1.0, iterations=300, schedule="none", signed=False, tv=0.0,
-         boxed=False, labels="optimize")
+         boxed=False, labels="optimize", log_every=1)
 register("idlg", GradientInversion,
          "iDLG (Zhao et al. 2020): analytic label of a single sample, then DLG on the inputs",
          distance="l2", optimizer="lbfgs", lr=1.0, iterations=300, schedule="none", signed=False, tv=0.0,
-         boxed=False, labels="idlg")
+         boxed=False, labels="idlg", log_every=1)
 register("dlg-adam", GradientInversion,
          "DLG's squared-L2 objective with Adam and given labels (the baseline of AGIC and AWA)",
          distance="l2", optimizer="adam", lr=0.1, schedule="none", signed=False, tv=0.0, boxed=False)

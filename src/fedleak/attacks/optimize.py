@@ -7,7 +7,7 @@ schedules: ``none``; ``step`` — ×``decay`` at 3/8, 5/8 and 7/8 of the iterati
 al.'s scripts, research note §A.1); ``cosine``. ``signed`` replaces gradients by their sign
 before the step (IG). ``project`` runs after each step (e.g. IG's box constraint). A NaN guard
 stops the run and restores the last finite variables (Dimitrov et al.'s loop stops when images
-become NaN). Progress goes to a callback, or to the reporter installed with
+become NaN); ``stop_loss`` ends the run once the loss is that small. Progress goes to a callback, or to the reporter installed with
 :func:`progress_reporter` (the CLI's progress bar).
 """
 
@@ -55,6 +55,8 @@ class OptimizerConfig:
     eps: float = 1e-8
     log_every: int = 10
     lbfgs_inner: int = 20
+    line_search: bool = True
+    stop_loss: float = 0.0
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -96,7 +98,8 @@ def _make_optimizer(config: OptimizerConfig, variables: Sequence[torch.Tensor]):
     if config.optimizer == "sgd":
         return torch.optim.SGD(variables, lr=config.lr)
     # DLG calls torch's L-BFGS step (up to 20 inner iterations) once per outer iteration.
-    return torch.optim.LBFGS(variables, lr=config.lr, max_iter=config.lbfgs_inner, history_size=100)
+    return torch.optim.LBFGS(variables, lr=config.lr, max_iter=config.lbfgs_inner, history_size=100,
+                             line_search_fn="strong_wolfe" if config.line_search else None)
 
 
 def optimize(
@@ -165,6 +168,8 @@ def optimize(
             if report is not None:
                 report(step + 1, config.iterations, loss_value)
         result.steps = step + 1
+        if loss_value is not None and loss_value <= config.stop_loss:
+            break  # converged: the distance is as small as asked for
     return result
 
 

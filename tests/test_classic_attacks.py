@@ -1,0 +1,88 @@
+"""DLG, iDLG and Inverting Gradients on real images: what they actually recover."""
+
+import pytest
+import torch
+
+import fedleak
+from fedleak.attacks.labels import idlg_label
+from fedleak.types import Protocol
+
+from conftest import shared_path
+
+
+@pytest.fixture(scope="module")
+def cifar_image():
+    root = shared_path("cifar10", "cifar10_exact_subset.npz")
+    spec, clients = fedleak.data.load("cifar10", root=root, split="test", num_clients=1, samples_per_client=1,
+                                      partition="sequential")
+    return spec, clients[0]
+
+
+def test_idlg_recovers_a_cifar10_image_from_a_lenet_gradient(cifar_image):
+    spec, client = cifar_image
+    model = fedleak.models.build("lenet", spec, seed=0)
+    update = fedleak.client_update(model, client, Protocol("fedsgd"))
+    assert idlg_label(update, model).tolist() == client.labels.tolist()
+    rec = fedleak.attacks.build("idlg", iterations=100).reconstruct(update, model, spec)
+    scores = fedleak.metrics.evaluate(rec, client, spec)
+    assert scores["psnr"] > 30.0
+    assert rec.labels.tolist() == client.labels.tolist()
+
+
+def test_inverting_gradients_on_fedsgd_batch_of_one(cifar_image):
+    spec, client = cifar_image
+    model = fedleak.models.build("lenet", spec, seed=0)
+    update = fedleak.client_update(model, client, Protocol("fedsgd"))
+    rec = fedleak.attacks.build("inverting-gradients", iterations=1500, tv=1e-3).reconstruct(update, model, spec)
+    scores = fedleak.metrics.evaluate(rec, client, spec)
+    assert scores["psnr"] > 25.0  # measured 28.9 dB, SSIM 0.96 on this seed
+    assert scores["ssim"] > 0.85
+
+
+def test_dlg_optimizes_labels_jointly():
+    spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=1, seed=0)
+    model = fedleak.models.build("lenet", spec, seed=1)
+    update = fedleak.client_update(model, clients[0], Protocol("fedsgd"))
+    rec = fedleak.attacks.build("dlg", iterations=30).reconstruct(update, model, spec)
+    assert rec.inputs.shape == clients[0].inputs.shape
+    assert rec.extras["label_strategy"] == "optimize"
+    assert rec.extras["loss_history"][-1] < rec.extras["loss_history"][0]
+
+
+def test_inverting_gradients_simulates_fedavg_with_shared_images():
+    spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=4, seed=0)
+    client = clients[0]
+    model = fedleak.models.build("femnist-cnn", spec, seed=0)
+    update = fedleak.client_update(model, client, Protocol("fedavg", epochs=2, batch_size=2, lr=0.05))
+    update.metadata["label_counts"] = torch.bincount(client.labels, minlength=spec.num_classes).tolist()
+    rec = fedleak.attacks.build("inverting-gradients", iterations=200, tv=1e-3).reconstruct(update, model, spec)
+    assert rec.extras["target"] == "simulation" and rec.extras["label_strategy"] == "known"
+    assert sorted(rec.labels.tolist()) == sorted(client.labels.tolist())
+    assert fedleak.metrics.evaluate(rec, client, spec)["psnr"] > 12.0
+
+
+def test_attack_option_errors():
+    with pytest.raises(fedleak.FedleakError, match="unknown attack 'igg'"):
+        fedleak.attacks.build("igg")
+    with pytest.raises(fedleak.FedleakError, match="unknown option"):
+        fedleak.attacks.build("inverting-gradients", iteratons=10)
+    with pytest.raises(fedleak.FedleakError, match="expects a int"):
+        fedleak.attacks.build("inverting-gradients", iterations="many")
+    with pytest.raises(fedleak.FedleakError, match="unknown distance"):
+        fedleak.attacks.build("inverting-gradients", distance="l7")
+
+
+def test_update_that_does_not_match_the_model_is_rejected():
+    spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=2, seed=0)
+    model = fedleak.models.build("femnist-cnn", spec, seed=0)
+    other = fedleak.models.build("lenet", spec, seed=0)
+    update = fedleak.client_update(model, clients[0], Protocol("fedsgd"))
+    attack = fedleak.attacks.build("inverting-gradients", iterations=1)
+    with pytest.raises(fedleak.FedleakError, match="does not match model"):
+        attack.reconstruct(update, other, spec)
+    update.gradient["fc2.bias"][0] = float("nan")
+    with pytest.raises(fedleak.FedleakError, match="NaN"):
+        attack.reconstruct(update, model, spec)
+    with pytest.raises(fedleak.FedleakError, match="iDLG's analytic label needs one sample"):
+        fedleak.attacks.build("idlg", iterations=1).reconstruct(
+            fedleak.client_update(model, clients[0], Protocol("fedsgd")), model, spec)
