@@ -116,3 +116,214 @@ def resolve_labels(strategy: str, update: Update, model: nn.Module, num_classes:
         raise FedleakError(f"unknown label strategy {strategy!r}; allowed: {', '.join(LABEL_STRATEGIES)}")
     first = next(iter(update.server_params.values()))
     return labels.to(first.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# Label counts: Geng et al.'s estimator and Dimitrov et al.'s RecLabels
+
+RECLABEL_MODES = ("avg", "start", "end")
+ROUNDINGS = ("eth", "geng")
+
+
+def _head_row_sums(update: Update, model: nn.Module) -> torch.Tensor:
+    """g_c = Σ_m Ĝ[c, m]: the last layer's pseudo-gradient summed over its input dimension (C,)."""
+    return _head_gradient(update, model).sum(dim=-1)
+
+
+def dummy_inputs(input_shape, num: int, seed: int = 0, device=None, dtype=torch.float32) -> torch.Tensor:
+    """M i.i.d. N(0, 1) inputs in *normalized* input space (Dimitrov et al.'s label dummies, research
+    note §A.6 step 1), drawn from a generator seeded with ``seed``."""
+    if int(num) < 1:
+        raise FedleakError(f"the number of dummy samples must be positive, got {num}")
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(int(seed))
+    x = torch.randn((int(num), *tuple(input_shape)), generator=generator, dtype=torch.float64)
+    return x.to(device=device, dtype=dtype)
+
+
+def geng_raw_counts(row_sums: torch.Tensor, p_bar: torch.Tensor, o_bar: torch.Tensor, num_samples: int,
+                    num_steps: int = 1) -> torch.Tensor:
+    """Geng et al.'s count estimate (Dimitrov et al. Eq. 2), per local step for FedAvg.
+
+    λ̃_k = N·p̃_k − N·ΔW_k / (s·Õ): ``row_sums`` ΔW_k = Σ_m Ĝ[k, m] of the summed update over ``num_steps``
+    s local steps (s = 1 for FedSGD; dividing by s turns the sum into the mean per-step gradient,
+    research note §A.6 step 4), ``p_bar`` the mean dummy softmax p̃ (C,), ``o_bar`` the mean summed
+    penultimate activation Õ. Unrounded (C,) floats.
+    """
+    o_bar = torch.as_tensor(o_bar, dtype=p_bar.dtype, device=p_bar.device)
+    if not bool(torch.isfinite(o_bar)) or float(o_bar) <= 0:
+        raise FedleakError(f"Geng et al.'s estimator needs a positive mean penultimate activation Õ, got {float(o_bar)} "
+                           "(dead features on the dummy data?)")
+    n = float(num_samples)
+    return n * p_bar - n * row_sums.to(p_bar) / (num_steps * o_bar)
+
+
+def geng_counts(update: Update, model: nn.Module, params: Optional[Params] = None, *, input_shape=None,
+                num_dummy: int = 3000, seed: int = 0, rounding: str = "eth") -> torch.Tensor:
+    """Geng et al. (2021) label counts with the statistics p̃, Õ taken at ``params``.
+
+    ``params`` = θˢ (default; "Geng et al. θˢ" of Dimitrov et al. Table 2) or any other weights, e.g.
+    ``update.final_params()`` for the exact θᶜ. Returns integer counts (C,) summing to N.
+    """
+    raw = _raw_at(update, model, [params if params is not None else update.server_params], [1.0],
+                  input_shape, num_dummy, seed)
+    return round_counts(raw, update.num_samples, rounding)
+
+
+def _input_shape(update: Update, input_shape) -> tuple[int, ...]:
+    shape = input_shape if input_shape is not None else update.metadata.get("input_shape")
+    if shape is None:
+        raise FedleakError("label-count restoration needs the input shape (C, H, W) of the data to draw dummy "
+                           "inputs: pass input_shape=spec.shape")
+    return tuple(int(s) for s in shape)
+
+
+def _raw_at(update: Update, model: nn.Module, points: list[Params], weights: list[float], input_shape,
+            num_dummy: int, seed: int) -> torch.Tensor:
+    """Σ_i weights_i · λ̃(points_i), with the same dummy set at every parameter point."""
+    first = next(iter(update.server_params.values()))
+    x = dummy_inputs(_input_shape(update, input_shape), num_dummy, seed, first.device, first.dtype)
+    rows = _head_row_sums(update, model)
+    raw = torch.zeros_like(rows)
+    for params, weight in zip(points, weights):
+        p_bar, o_bar = head_statistics(model, params, update.buffers, x)
+        raw = raw + weight * geng_raw_counts(rows, p_bar, o_bar, update.num_samples, update.num_steps)
+    return raw
+
+
+def reclabels_raw(update: Update, model: nn.Module, num_dummy: int = 3000, mode: str = "avg", seed: int = 0,
+                  input_shape=None) -> torch.Tensor:
+    """Unrounded RecLabels counts (Dimitrov et al. §4.5; research note §A.6 steps 1–4).
+
+    The dummy statistics p̃, Õ are computed once at θˢ and once at θᶜ = θˢ − η·Ĝ on the same M
+    N(0,1) dummies and linearly interpolated over the s = E·⌈N/m⌉ local steps with coefficients
+    c_t = t/s, t = 0..s−1 (the authors' code; the paper's text writes the interpolation in the
+    opposite direction). Geng et al.'s estimate (Eq. 2) is taken at every step and averaged:
+
+    * ``avg`` — all s steps (RecLabels, "Ours" in Table 2, ``aaai_avg``);
+    * ``start`` — t = 0 only, i.e. Geng et al. at θˢ ("Geng et al. θˢ", ``aaai_st``);
+    * ``end`` — t = s−1 only, coefficient (s−1)/s ("Geng et al. θᶜ" as in the authors' code, ``aaai_en``;
+      for s = 1 it coincides with ``start``).
+    """
+    if mode not in RECLABEL_MODES:
+        raise FedleakError(f"unknown RecLabels mode {mode!r}; allowed: {', '.join(RECLABEL_MODES)}")
+    first = next(iter(update.server_params.values()))
+    x = dummy_inputs(_input_shape(update, input_shape), num_dummy, seed, first.device, first.dtype)
+    rows = _head_row_sums(update, model)
+    s = update.num_steps
+    p0, o0 = head_statistics(model, update.server_params, update.buffers, x)
+    if mode == "start" or s == 1:
+        coefs = torch.zeros(1, dtype=p0.dtype, device=p0.device)
+    else:
+        p1, o1 = head_statistics(model, update.final_params(), update.buffers, x)
+        coefs = torch.arange(s, dtype=p0.dtype, device=p0.device) / s
+        if mode == "end":
+            coefs = coefs[-1:]
+    if mode != "start" and s > 1:
+        p_t = (1 - coefs)[:, None] * p0[None] + coefs[:, None] * p1[None]
+        o_t = (1 - coefs) * o0 + coefs * o1
+    else:
+        p_t, o_t = p0[None], o0.reshape(1)
+    raw = torch.stack([geng_raw_counts(rows, p_t[i], o_t[i], update.num_samples, s) for i in range(len(coefs))])
+    return raw.mean(0)
+
+
+def reclabels(update: Update, model: nn.Module, num_dummy: int = 3000, mode: str = "avg", seed: int = 0,
+              rounding: str = "eth", input_shape=None) -> torch.Tensor:
+    """RecLabels (Dimitrov et al. §4.5): integer label counts (C,) summing to N.
+
+    :func:`reclabels_raw` followed by :func:`round_counts` (``rounding`` ``eth``: the authors' rule;
+    ``geng``: Geng et al.'s). ``input_shape`` is the data's (C, H, W) for the dummy inputs.
+    """
+    raw = reclabels_raw(update, model, num_dummy=num_dummy, mode=mode, seed=seed, input_shape=input_shape)
+    return round_counts(raw, update.num_samples, rounding)
+
+
+def round_counts(raw: torch.Tensor, total: int, rounding: str = "eth") -> torch.Tensor:
+    """Round raw counts to non-negative integers summing to ``total`` (``eth`` or ``geng`` rule)."""
+    if rounding == "eth":
+        return round_counts_eth(raw, total)
+    if rounding == "geng":
+        return round_counts_geng(raw, total)
+    raise FedleakError(f"unknown count rounding {rounding!r}; allowed: {', '.join(ROUNDINGS)}")
+
+
+def _check_raw(raw: torch.Tensor, total: int) -> torch.Tensor:
+    raw = torch.as_tensor(raw).detach().double().cpu().flatten()
+    if raw.numel() == 0 or not bool(torch.isfinite(raw).all()):
+        raise FedleakError("raw label counts must be a non-empty vector of finite numbers")
+    if int(total) < 0:
+        raise FedleakError(f"the number of labels must be non-negative, got {total}")
+    return raw
+
+
+def round_counts_eth(raw: torch.Tensor, total: int) -> torch.Tensor:
+    """Dimitrov et al.'s rounding (research note §A.6 step 5).
+
+    f = max(⌊n⌋, 0), r = N − Σf. If r ≥ 0, +1 to the r classes with the largest fractional parts
+    n − f. If r < 0, −1 from the |r| classes with f ≥ 1 that have the smallest fractional parts;
+    when fewer such classes exist, the remaining units come off the classes with the largest f.
+    Returns a long tensor (C,) on the device of ``raw`` summing to ``total``.
+    """
+    device = raw.device if isinstance(raw, torch.Tensor) else None
+    raw = _check_raw(raw, total)
+    total = int(total)
+    floor = raw.floor().clamp(min=0)
+    frac = raw - floor
+    counts = floor.clone()
+    remainder = total - int(floor.sum())
+    if remainder > 0:
+        # r can exceed C only when the raw counts are far below N; spread whole rounds first.
+        rounds, rest = divmod(remainder, raw.numel())
+        counts += rounds
+        if rest:
+            counts[torch.argsort(frac, descending=True, stable=True)[:rest]] += 1
+    elif remainder < 0:
+        excess = -remainder
+        candidates = floor >= 1
+        frac = torch.where(candidates, frac, torch.ones_like(frac))
+        first = min(excess, int(candidates.sum()))
+        counts[torch.argsort(frac, stable=True)[:first]] -= 1
+        left = excess - first
+        while left > 0:  # more units than candidate classes: take them off the largest classes
+            positive = int((counts > 0).sum())
+            take = min(left, positive)
+            order = torch.argsort(torch.where(counts > 0, floor, torch.full_like(floor, -1.0)),
+                                  descending=True, stable=True)
+            counts[order[:take]] -= 1
+            left -= take
+    return counts.long().to(device)
+
+
+def round_counts_geng(raw: torch.Tensor, total: int) -> torch.Tensor:
+    """Geng et al.'s rounding (research note §D.2), returned as counts (C,) summing to ``total``.
+
+    r = round(λ), residual ρ = |λ − r| (divided by r when r ≥ 1); classes are visited in ascending
+    ρ and contribute r copies until more than N labels are collected; if fewer, classes not yet
+    present are added once each in descending ρ (then any class, largest λ first); truncated to N.
+    """
+    device = raw.device if isinstance(raw, torch.Tensor) else None
+    raw = _check_raw(raw, total)
+    total = int(total)
+    rounded = torch.round(raw)
+    residual = (raw - rounded).abs()
+    residual = torch.where(rounded >= 1, residual / rounded.clamp(min=1), residual)
+    labels: list[int] = []
+    for c in torch.argsort(residual, stable=True).tolist():
+        if len(labels) > total:
+            break
+        labels.extend([c] * max(int(rounded[c]), 0))
+    if len(labels) < total:
+        present = set(labels)
+        for c in torch.argsort(residual, descending=True, stable=True).tolist():
+            if len(labels) >= total:
+                break
+            if c not in present:
+                labels.append(c)
+        order = torch.argsort(raw, descending=True, stable=True).tolist()
+        i = 0
+        while len(labels) < total:
+            labels.append(order[i % len(order)])
+            i += 1
+    counts = torch.bincount(torch.as_tensor(labels[:total], dtype=torch.long), minlength=raw.numel())
+    return counts.to(device)

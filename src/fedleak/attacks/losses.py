@@ -67,3 +67,70 @@ def clip_prior(x: torch.Tensor, spec: DataSpec) -> torch.Tensor:
     u = spec.denormalize(x)
     lo, hi = spec.pixel_range
     return (u - u.clamp(lo, hi)).pow(2).mean(0).sum()
+
+
+# ----------------------------------------------------------------------------------------------
+# Dimitrov et al.'s epoch order-invariant prior
+
+EPOCH_PRIORS = tuple(f"{d}_{g}{c}" for d in ("l1", "l2") for g in ("mean", "max") for c in ("", "_conv"))
+
+
+class EpochOrderPrior:
+    """The epoch order-invariant prior L_inv (Dimitrov et al. §4.4, Eq. 3; research note §A.5).
+
+    Every input is processed exactly once per epoch, so any function g that is invariant to the
+    order of the N inputs of an epoch takes the same value on every epoch:
+
+        L_inv(X) = 1/E² · Σ_{e1} Σ_{e2} D_inv(g(X_{e1}), g(X_{e2}))
+
+    over all ordered pairs of epochs. ``kind`` is ``"{D}_{A}[_conv]"``: D ∈ {l1, l2} the mean
+    absolute / squared element difference; A ∈ {mean, max} the element-wise aggregation over the
+    N images of an epoch; ``_conv`` first projects the (normalized) images with a fixed random
+    3×3 convolution with ``channels`` outputs (96 in the paper), SAME padding, LeCun-normal kernel
+    and zero bias like Flax's defaults, drawn once from ``seed`` and never trained.
+
+    Call it on the E·N dummy inputs ``(E·N, C, H, W)``, epoch e holding rows ``[e·N, (e+1)·N)``.
+    """
+
+    def __init__(self, kind: str, epochs: int, in_channels: int, channels: int = 96, seed: int = 0,
+                 device=None, dtype=torch.float32) -> None:
+        if kind not in EPOCH_PRIORS:
+            raise FedleakError(f"unknown epoch prior {kind!r}; allowed: {', '.join(EPOCH_PRIORS)}")
+        if int(epochs) < 1:
+            raise FedleakError(f"the epoch prior needs at least one epoch, got {epochs}")
+        parts = kind.split("_")
+        self.kind = kind
+        self.distance, self.aggregate = parts[0], parts[1]
+        self.epochs = int(epochs)
+        self.weight: Optional[torch.Tensor] = None
+        self.bias: Optional[torch.Tensor] = None
+        if kind.endswith("_conv"):
+            if int(channels) < 1:
+                raise FedleakError(f"the random convolution needs at least one channel, got {channels}")
+            from ..models import lecun_normal_  # the one LeCun-normal initializer (Flax defaults)
+
+            weight = torch.empty(int(channels), int(in_channels), 3, 3)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed))
+                lecun_normal_(weight, int(in_channels) * 9)
+            self.weight = weight.to(device=device, dtype=dtype)
+            self.bias = torch.zeros(int(channels), device=device, dtype=dtype)
+
+    def summaries(self, inputs: torch.Tensor) -> torch.Tensor:
+        """g(X_e) for every epoch: (E, C', H, W)."""
+        if inputs.dim() != 4 or inputs.shape[0] % self.epochs:
+            raise FedleakError(f"the epoch prior needs (E·N, C, H, W) inputs with E={self.epochs}, "
+                               f"got shape {tuple(inputs.shape)}")
+        x = inputs
+        if self.weight is not None:
+            weight = self.weight.to(device=x.device, dtype=x.dtype)
+            bias = self.bias.to(device=x.device, dtype=x.dtype)
+            x = torch.nn.functional.conv2d(x, weight, bias, padding=1)
+        x = x.reshape(self.epochs, -1, *x.shape[1:])
+        return x.mean(1) if self.aggregate == "mean" else x.amax(1)
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        s = self.summaries(inputs).flatten(1)
+        diff = s[:, None, :] - s[None, :, :]
+        per_pair = diff.pow(2).mean(-1) if self.distance == "l2" else diff.abs().mean(-1)
+        return per_pair.mean()
