@@ -197,3 +197,67 @@ def test_baselines_and_label_restoration_run(digits_update):
     rec = build("dimitrov-no-prior", iterations=2, label_samples=64).reconstruct(blind, model, spec)
     assert rec.extras["label_source"] == "reclabels" and int(rec.labels.numel()) == 4
     assert isinstance(build("dimitrov"), FedAvgLeakage)
+
+
+# -- FedAvg server training (Table 7) ----------------------------------------------------------------
+
+def test_train_fedavg_is_the_mean_of_client_updates():
+    from fedleak.fl.training import train_fedavg
+    from fedleak.params import params_of
+    from fedleak.types import ClientData
+
+    spec = DataSpec("tiny", (1, 4, 4), 3, (0.0,), (1.0,))
+    g = torch.Generator().manual_seed(0)
+    clients = [ClientData(torch.randn(6, 1, 4, 4, generator=g), torch.randint(0, 3, (6,), generator=g), f"c{i}")
+               for i in range(4)]
+    protocol = Protocol("fedavg", epochs=2, batch_size=3, lr=0.1)
+    model = build_model("mlp", spec, hidden=(5,))
+    start = params_of(model)
+    assert train_fedavg(model, clients, 0, 2, protocol) is model
+    assert all(torch.equal(start[k], v) for k, v in params_of(model).items())
+    seen = []
+    trained = train_fedavg(model, clients, 2, 4, protocol, seed=5, progress=lambda r, t: seen.append((r, t)))
+    assert seen == [(1, 2), (2, 2)]
+    # one round with every client equals the plain mean of their client updates from the start weights
+    one = build_model("mlp", spec, hidden=(5,))
+    train_fedavg(one, clients, 1, 4, protocol, seed=5)
+    fresh = build_model("mlp", spec, hidden=(5,))
+    import numpy as np
+    chosen = np.random.default_rng(5).choice(4, size=4, replace=False).tolist()
+    manual = [client_update(fresh, clients[i], protocol, seed=5 * 1_000_003 + j).client_params for j, i in enumerate(chosen)]
+    for name, value in params_of(one).items():
+        assert torch.allclose(value, torch.stack([m[name] for m in manual]).mean(0), atol=1e-6)
+    assert not all(torch.equal(start[k], v) for k, v in params_of(trained).items())
+    with pytest.raises(FedleakError, match="FedAvg"):
+        train_fedavg(model, clients, 1, 2, Protocol("fedsgd"))
+
+
+# -- presets ---------------------------------------------------------------------------------------------
+
+def test_dimitrov_presets_are_consistent():
+    from pathlib import Path
+
+    import yaml
+
+    from fedleak.fl import Defense
+
+    folder = Path(__import__("fedleak").__file__).parent / "presets"
+    files = sorted(folder.glob("dimitrov-*.yaml"))
+    assert {f.stem for f in files} >= {"dimitrov-table1-femnist", "dimitrov-table1-cifar100", "dimitrov-table2-femnist",
+                                       "dimitrov-table3-femnist", "dimitrov-table3-cifar100", "dimitrov-table4-femnist",
+                                       "dimitrov-table4-cifar100", "dimitrov-table6-femnist", "dimitrov-table7-femnist",
+                                       "dimitrov-table8-femnist"}
+    for path in files:
+        preset = yaml.safe_load(path.read_text())
+        assert preset["name"] == path.stem
+        for variant in preset["variants"].values():
+            build(variant["attack"], **variant.get("options", {}))  # registered, options valid
+        settings = [s["name"] for s in preset.get("settings", [])] or ["default"]
+        for setting in preset.get("settings", []):
+            Defense.parse(setting.get("defense", preset["defense"]))
+            Protocol.from_json({**preset["protocol"], **setting.get("protocol", {})})
+        assert set(preset["paper"]) == set(settings), path.name
+        for row in preset["paper"].values():
+            assert set(row) == set(preset["variants"]), path.name
+    t1 = yaml.safe_load((folder / "dimitrov-table1-femnist.yaml").read_text())
+    assert t1["paper"]["E10-m5"]["ours-prior"] == {"rec_percent": 65.5, "psnr": 21.5}
