@@ -83,7 +83,7 @@ class GradientInversion(Attack):
     def _reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
         o = self.options
         strategy = self._label_strategy(update)
-        labels = resolve_labels(strategy, update, model, spec.num_classes)
+        labels = resolve_labels(strategy, update, model, spec, seed=o.seed)
         use_simulation = o.target == "simulation" or (o.target == "auto" and not update.is_fedsgd)
         if use_simulation:
             observed, simulate, n = simulation_target(update, model, per_epoch_inputs=False)

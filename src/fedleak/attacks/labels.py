@@ -19,7 +19,7 @@ from torch.func import functional_call
 
 from ..errors import FedleakError
 from ..params import last_linear, weight_and_bias
-from ..types import Params, Update
+from ..types import DataSpec, Params, Update
 
 
 def _head_gradient(update: Update, model: nn.Module) -> torch.Tensor:
@@ -96,9 +96,18 @@ def labels_to_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return torch.bincount(labels.long().flatten(), minlength=num_classes)
 
 
-def resolve_labels(strategy: str, update: Update, model: nn.Module, num_classes: int,
+def resolve_labels(strategy: str, update: Update, model: nn.Module, spec: "DataSpec | int",
                    **options) -> Optional[torch.Tensor]:
-    """Labels for the attack under ``strategy``; ``None`` means optimize them jointly (DLG)."""
+    """Labels for the attack under ``strategy``; ``None`` means optimize them jointly (DLG).
+
+    ``spec`` is the :class:`~fedleak.types.DataSpec` (its input shape feeds RecLabels' dummy
+    inputs) or just the number of classes.
+    """
+    if isinstance(spec, DataSpec):
+        num_classes = spec.num_classes
+        options.setdefault("input_shape", spec.shape)
+    else:
+        num_classes = int(spec)
     if strategy == "optimize":
         return None
     if strategy == "known":

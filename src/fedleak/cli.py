@@ -1,0 +1,301 @@
+"""The ``fedleak`` command.
+
+``audit`` (the default job: simulate FedSGD and FedAvg clients on embedded data, attack them,
+report), ``simulate`` (compute and save one client's update), ``attack`` (attack a saved update),
+``run`` (an experiment file or a paper preset), ``report`` (HTML report of a run folder), and the
+listings ``presets``, ``attacks``, ``models``, ``datasets``. Bad input exits with code 2 and one
+line naming the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import FedleakError
+
+
+def _parse_value(text: str):
+    """Option values from the command line: YAML scalars (numbers, booleans, lists)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _options(pairs: Optional[Sequence[str]]) -> dict:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FedleakError(f"--option expects KEY=VALUE, got {pair!r}")
+        out[key.strip().replace("-", "_")] = _parse_value(value)
+    return out
+
+
+def _device(name: str) -> str:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise FedleakError(f"unknown device {name!r}; use e.g. cpu, cuda, cuda:1, mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FedleakError(f"device {name!r} requested but CUDA is not available on this machine")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise FedleakError(f"device {name!r} requested but MPS is not available on this machine")
+    return str(device)
+
+
+def _show_progress(args) -> bool:
+    """Progress bars on an interactive terminal unless --no-progress."""
+    return not args.no_progress and sys.stderr.isatty()
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float64": torch.float64}[name]
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+def cmd_audit(args) -> int:
+    from .audit import run_audit
+
+    run_audit(args.out, device=_device(args.device), seed=args.seed, quick=args.quick,
+              malicious=not args.no_malicious, show_progress=_show_progress(args))
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from . import data, models
+    from .experiment import threat_metadata
+    from .fl import Defense, client_update
+    from .types import Protocol
+
+    spec, clients = data.load(args.data, root=args.data_root, num_clients=args.client + 1,
+                              samples_per_client=args.samples, seed=args.seed, split=args.split)
+    if args.client >= len(clients):
+        raise FedleakError(f"--client {args.client} does not exist: the data has {len(clients)} clients")
+    client = clients[args.client]
+    model = models.build(args.model, spec, seed=args.model_seed).to(_device(args.device))
+    protocol = Protocol(args.algorithm, args.epochs, args.batch_size, args.lr, not args.static_batches)
+    client = client.to(_device(args.device))
+    update = client_update(model, client, protocol, seed=args.seed, defense=Defense.parse(args.defense),
+                           metadata={"model": {"name": args.model, "seed": args.model_seed}, "spec": spec.to_json()})
+    update.metadata.update(threat_metadata(args.share_labels, client, protocol, args.seed, spec.num_classes))
+    out = update.save(args.out)
+    if not args.no_truth:
+        from safetensors.torch import save_file
+
+        save_file({"inputs": client.inputs.cpu().contiguous(), "labels": client.labels.cpu().contiguous()},
+                  str(out / "truth.safetensors"))
+    print(f"saved {protocol.algorithm} update of client {client.client_id} (N={len(client)}, "
+          f"{update.num_steps} local steps) to {out}")
+    return 0
+
+
+def _load_truth(directory: Path):
+    from safetensors.torch import load_file
+
+    from .types import ClientData
+
+    path = directory / "truth.safetensors"
+    if not path.exists():
+        return None
+    tensors = load_file(str(path))
+    return ClientData(tensors["inputs"], tensors["labels"])
+
+
+def cmd_attack(args) -> int:
+    from . import attacks, metrics, models
+    from .report import comparison_grid, save_png
+    from .types import DataSpec, Update
+
+    update = Update.load(args.update)
+    meta = update.metadata
+    if args.data:
+        from .data import spec_for
+
+        spec = spec_for(args.data, root=args.data_root)
+    elif "spec" in meta:
+        spec = DataSpec.from_json(meta["spec"])
+    else:
+        raise FedleakError("the update does not record its data spec; pass --data NAME")
+    model_name = args.model or (meta.get("model") or {}).get("name")
+    if not model_name:
+        raise FedleakError("the update does not record its model; pass --model NAME")
+    model = models.build(model_name, spec).to(_device(args.device))
+    attack = attacks.build(args.attack, **_options(args.option))
+    rec = attack.reconstruct(update, model, spec)
+    out = rec.save(args.out)
+    truth = None if args.no_eval else _load_truth(Path(args.update))
+    if truth is not None:
+        scores = metrics.evaluate(rec, truth.to(_device(args.device)), spec)
+        (out / "metrics.json").write_text(json.dumps(scores, indent=1))
+        order = scores["assignment"]
+        recs = spec.denormalize(rec.inputs.cpu())
+        import torch
+
+        matched = torch.stack([recs[i] if i is not None else torch.zeros_like(recs[0]) for i in order])
+        save_png(comparison_grid(spec.denormalize(truth.inputs)[:32], matched[:32], psnr=scores["psnr_per_input"][:32]),
+                 out / "comparison.png")
+        print(f"{args.attack}: PSNR {scores['psnr']:.2f} dB, SSIM {scores['ssim']:.3f}, "
+              f"Rec% {scores['rec_percent']:.1f} (> {scores['threshold']} dB)")
+    print(f"reconstruction saved to {out}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .config import apply_overrides, load_config, load_preset
+    from .experiment import run_experiment
+
+    if bool(args.config) == bool(args.preset):
+        raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
+    config = load_preset(args.preset) if args.preset else load_config(args.config)
+    split = (lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None)
+    config = apply_overrides(config, data_root=args.data_root, clients=args.clients, variants=split(args.variants),
+                             settings=split(args.settings), quick=args.quick, variant_options=_options(args.option))
+    summary = run_experiment(config, args.out, device=_device(args.device), dtype=_dtype(args.dtype),
+                             show_progress=_show_progress(args))
+    print((Path(args.out) / "table.md").read_text())
+    print(f"{summary['jobs']} job(s); results in {args.out}/results.jsonl, summary in {args.out}/summary.json")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .audit import report_run
+
+    path = report_run(args.run_dir)
+    print(f"report written to {path}")
+    return 0
+
+
+def _listing(title: str, entries: dict) -> int:
+    width = max((len(k) for k in entries), default=0)
+    print(title)
+    for name, text in entries.items():
+        print(f"  {name:<{width}}  {text}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    if args.command == "presets":
+        from .config import presets
+
+        return _listing("presets (fedleak run --preset NAME):", presets())
+    if args.command == "attacks":
+        from .attacks import available
+
+        return _listing("attacks (fedleak.attacks.build(NAME)):", available())
+    if args.command == "models":
+        from .models import MODELS
+
+        return _listing("models:", dict(MODELS))
+    from .data import DATASETS
+
+    return _listing("datasets:", dict(DATASETS))
+
+
+# -- parser --------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedleak", description="Measure how much private data leaks from "
+                                     "federated learning client updates.")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("audit", help="simulate FedSGD/FedAvg clients on embedded data, attack them, write a report")
+    p.add_argument("--out", default="fedleak-report", help="report folder (default: fedleak-report)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test, about a minute)")
+    p.add_argument("--no-malicious", action="store_true", help="skip the malicious-server (imprint) section")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("simulate", help="compute one client's update and save it (safetensors + JSON)")
+    p.add_argument("--data", default="digits")
+    p.add_argument("--data-root")
+    p.add_argument("--split", default="train")
+    p.add_argument("--client", type=int, default=0, help="client index")
+    p.add_argument("--samples", type=int, default=10, help="samples per client (N)")
+    p.add_argument("--model", default="femnist-cnn")
+    p.add_argument("--model-seed", type=int, default=0)
+    p.add_argument("--algorithm", default="fedavg", help="fedsgd or fedavg")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float, default=0.004)
+    p.add_argument("--static-batches", action="store_true", help="no reshuffling between epochs")
+    p.add_argument("--defense", default="none", help="e.g. dp_gaussian_0.01, laplacian:0.02, random_pruning_0.5")
+    p.add_argument("--share-labels", default="none", choices=["none", "counts", "labels", "batches"],
+                   help="what the server is told about labels")
+    p.add_argument("--no-truth", action="store_true", help="do not save the ground truth next to the update")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("attack", help="attack a saved update")
+    p.add_argument("update", help="update folder (from `fedleak simulate` or Update.save)")
+    p.add_argument("--attack", default="inverting-gradients", help="see `fedleak attacks`")
+    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE", help="attack option (repeatable)")
+    p.add_argument("--model", help="model name (default: recorded in the update)")
+    p.add_argument("--data", help="dataset name for the data spec (default: recorded in the update)")
+    p.add_argument("--data-root")
+    p.add_argument("--no-eval", action="store_true", help="do not score against a saved ground truth")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_attack)
+
+    p = sub.add_parser("run", help="run an experiment file or a paper preset (resumable)")
+    p.add_argument("config", nargs="?", help="experiment YAML (docs/experiments.md)")
+    p.add_argument("--preset", help="preset name (see `fedleak presets`)")
+    p.add_argument("--data-root", help="folder with the dataset files")
+    p.add_argument("--clients", type=int, help="number of clients to attack")
+    p.add_argument("--variants", help="comma-separated subset of variants")
+    p.add_argument("--settings", help="comma-separated subset of settings")
+    p.add_argument("--quick", action="store_true", help="the preset's CPU-minutes scale")
+    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE", help="option for every variant")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="write report.html for a run folder")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_report)
+
+    for name, text in (("presets", "list paper presets"), ("attacks", "list attacks and variants"),
+                       ("models", "list models"), ("datasets", "list datasets")):
+        sub.add_parser(name, help=text).set_defaults(func=cmd_list)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args)
+    except FedleakError as exc:
+        if args.debug:
+            raise
+        print(f"fedleak: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedleak: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
