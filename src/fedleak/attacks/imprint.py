@@ -331,11 +331,15 @@ def _single_checks(candidates: torch.Tensor, bins: torch.Tensor, update: Update,
             error = (grid - grid.round()).pow(2).mean(1).sqrt()
             on_grid = error < 0.15
             grid_error = [float(e) for e in error.tolist()]
+            if not bool(on_grid.any()):  # no candidate on the grid: the data are not 8-bit, no evidence
+                on_grid = true.clone()
     if count and secrets.get("tokens") is not None:
         embedding = update.server_params[secrets["tokens"]["embedding"]]
         vectors = candidates.view(count, -1, embedding.shape[1])
-        nearest = torch.cdist(vectors, embedding.to(vectors.dtype)).min(-1).values
-        on_grid = nearest.max(1).values <= 1e-3 * embedding.norm(dim=1).mean()
+        table = embedding.to(vectors.dtype)
+        nearest = torch.cdist(vectors, table).min(-1).values
+        spacing = torch.cdist(table, table).fill_diagonal_(float("inf")).min(1).values.median()
+        on_grid = nearest.max(1).values <= 0.02 * spacing
     return {"single": in_bin & in_box & on_grid, "in_bin": in_bin.tolist(), "in_box": in_box.tolist(),
             "on_grid": on_grid.tolist(), "grid_error": grid_error}
 

@@ -39,6 +39,8 @@ it is given (the server's own copy). Nothing in them depends on client data.
 from __future__ import annotations
 
 import copy
+import sys
+import types
 import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -652,12 +654,19 @@ def imprint(
         "box": None if box is None else [list(spec.pixel_range), list(spec.mean), list(spec.std)],
         "virtual_bins": bins if structure == "one-shot" else None,
         "one_shot": one_shot if structure == "one-shot" else None,
-        "tokens": None,
+        "tokens": _tokens(base, position, side),
         "seed": seed,
     }
     result = Imprinted(base, block, secrets, position, side).to(device=device)
     result.train(model.training)
     return result
+
+
+def _tokens(base: nn.Module, position: str, side: str) -> Optional[dict]:
+    """Text placement (App. A.4): a block right after a token embedding reads embeddings back."""
+    if position and side == "after" and isinstance(base.get_submodule(position), nn.Embedding):
+        return {"embedding": f"base.{position}.weight"}
+    return None
 
 
 def _design(structure, bins, w, dist, support, gain, one_shot, target, spec, shape, box, generator,
@@ -770,3 +779,14 @@ def imprinted(spec: DataSpec, *, base: str = "resnet18", base_options: Optional[
                    loc=loc, scale=scale, position=position, side=side, connection=connection,
                    connection_scale=connection_scale, gain=gain, threshold=threshold, permute=permute, mode=mode,
                    target=target, one_shot=one_shot, cah_sigma=cah_sigma, cah_scale=cah_scale, seed=int(seeds[1]))
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``fedleak.models.imprint(model, spec, bins=k, ...)`` call :func:`imprint` while
+    ``fedleak.models.imprint`` stays this module (``fedleak.models.imprint.ImprintBlock`` etc.)."""
+
+    def __call__(self, *args, **kwargs) -> Imprinted:
+        return imprint(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
