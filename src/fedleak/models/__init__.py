@@ -32,3 +32,5 @@ __all__ = [
 # MODELS is complete. Done last: imprint.py may import ``register`` from this package.
 if find_spec(f"{__name__}.imprint") is not None:
     from . import imprint  # noqa: E402,F401
+if find_spec(f"{__name__}.text") is not None:
+    from . import text  # noqa: E402,F401  (registers "text-transformer", the LM of Fowl et al. App. A.4)
