@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
@@ -26,7 +26,7 @@ from .attacks.optimize import progress_reporter
 from .config import ExperimentConfig, Setting, Variant
 from .errors import FedleakError
 from .fl import Defense, batch_schedule, client_update
-from .types import ClientData, Protocol, Update
+from .types import ClientData, Protocol
 
 SUMMARY_METRICS = ("rec_percent", "psnr", "ssim", "mse", "iip", "lpips", "label_count_error", "label_accuracy",
                    "seconds")
@@ -135,6 +135,8 @@ class Runner:
     def run(self) -> dict:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "config.json").write_text(json.dumps(_config_json(self.config), indent=1, default=str))
+        for variant in self.config.variants:  # validate every variant's options before the first job
+            attacks.build(variant.attack, **variant.options)
         jobs = self.jobs()
         bar = _progress_bar(len(jobs), self.show_progress, self.config.name)
         done = skipped = 0
