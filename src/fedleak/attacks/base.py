@@ -16,6 +16,7 @@ from torch import nn
 from ..errors import FedleakError, check_options, unknown_choice
 from ..params import check_update
 from ..types import DataSpec, Reconstruction, Update
+from .optimize import OptimizerConfig
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,21 @@ class Attack:
 
     Options: ClassVar[type] = AttackOptions
     name: ClassVar[str] = "attack"
+    #: option name -> allowed values, checked when the attack is built
+    choices: ClassVar[dict[str, tuple]] = {}
 
     def __init__(self, **options: Any) -> None:
         self.options = make_options(self.Options, options, self.name)
+        for key, allowed in self.choices.items():
+            value = getattr(self.options, key)
+            if value not in allowed:
+                raise unknown_choice(f"value for option {key!r} of attack {self.name!r}:", value, allowed)
+
+    def optimizer_config(self, **overrides: Any) -> OptimizerConfig:
+        """The :class:`OptimizerConfig` built from the options of the same names."""
+        names = {f.name for f in fields(OptimizerConfig)}
+        given = {k: v for k, v in dataclasses.asdict(self.options).items() if k in names and v is not None}
+        return OptimizerConfig(**{**given, **overrides})
 
     def reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
         if not isinstance(update, Update):

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..errors import FedleakError
 from ..types import DataSpec, Reconstruction, Update
 from .base import Attack, AttackOptions, register
 from .labels import LABEL_STRATEGIES, resolve_labels
@@ -59,19 +58,11 @@ class GradientInversion(Attack):
     Options = GradientInversionOptions
     name = "gradient-inversion"
 
+    choices = {"distance": DISTANCES, "target": TARGETS, "labels": ("auto", *LABEL_STRATEGIES), "init": INITS}
+
     def __init__(self, **options) -> None:
         super().__init__(**options)
-        o = self.options
-        if o.distance not in DISTANCES:
-            raise FedleakError(f"unknown distance {o.distance!r}; allowed: {', '.join(DISTANCES)}")
-        if o.target not in TARGETS:
-            raise FedleakError(f"unknown target {o.target!r}; allowed: {', '.join(TARGETS)}")
-        if o.labels != "auto" and o.labels not in LABEL_STRATEGIES:
-            raise FedleakError(f"unknown label strategy {o.labels!r}; allowed: auto, {', '.join(LABEL_STRATEGIES)}")
-        if o.init not in INITS:
-            raise FedleakError(f"unknown init {o.init!r}; allowed: {', '.join(INITS)}")
-        self.config = OptimizerConfig(optimizer=o.optimizer, lr=o.lr, iterations=o.iterations, schedule=o.schedule,
-                                      signed=o.signed, log_every=o.log_every, stop_loss=o.stop_loss)
+        self.config = self.optimizer_config()
 
     def _label_strategy(self, update: Update) -> str:
         if self.options.labels != "auto":
