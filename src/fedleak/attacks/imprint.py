@@ -331,7 +331,7 @@ def _single_checks(candidates: torch.Tensor, bins: torch.Tensor, update: Update,
             error = (grid - grid.round()).pow(2).mean(1).sqrt()
             on_grid = error < 0.15
             grid_error = [float(e) for e in error.tolist()]
-            if not bool(on_grid.any()):  # no candidate on the grid: the data are not 8-bit, no evidence
+            if count >= 4 and not bool(on_grid.any()):  # none of several on the grid: data not 8-bit
                 on_grid = true.clone()
     if count and secrets.get("tokens") is not None:
         embedding = update.server_params[secrets["tokens"]["embedding"]]

@@ -158,27 +158,26 @@ class Distribution:
         return cls(kind, loc, scale, tuple(h.tolist()), bandwidth)
 
     def cdf(self, x) -> np.ndarray:
-        from scipy import stats
-
-        x = np.asarray(x, dtype=np.float64)
+        x = torch.as_tensor(np.asarray(x, dtype=np.float64))
         if self.kind == "gaussian":
-            return stats.norm.cdf(x, self.loc, self.scale)
+            return torch.special.ndtr((x - self.loc) / self.scale).numpy()
         if self.kind == "laplace":
-            return stats.laplace.cdf(x, self.loc, self.scale / math.sqrt(2.0))
-        samples = np.asarray(self.samples)
-        return stats.norm.cdf((x[..., None] - samples) / self.bandwidth).mean(-1)
+            z = (x - self.loc) * math.sqrt(2.0) / self.scale
+            return torch.where(z < 0, 0.5 * torch.exp(z), 1 - 0.5 * torch.exp(-z)).numpy()
+        samples = torch.tensor(self.samples, dtype=torch.float64)
+        return torch.special.ndtr((x[..., None] - samples) / self.bandwidth).mean(-1).numpy()
 
     def quantile(self, q) -> np.ndarray:
         """F⁻¹(q) for masses ``q`` in (0, 1)."""
-        from scipy import stats
-
         q = np.asarray(q, dtype=np.float64)
         if np.any((q <= 0) | (q >= 1)):
             raise FedleakError("quantiles are defined for masses strictly between 0 and 1")
+        p = torch.as_tensor(q)
         if self.kind == "gaussian":
-            return stats.norm.ppf(q, self.loc, self.scale)
+            return (self.loc + self.scale * torch.special.ndtri(p)).numpy()
         if self.kind == "laplace":
-            return stats.laplace.ppf(q, self.loc, self.scale / math.sqrt(2.0))
+            b = self.scale / math.sqrt(2.0)
+            return (self.loc - b * torch.sign(p - 0.5) * torch.log1p(-2 * (p - 0.5).abs())).numpy()
         samples = np.asarray(self.samples)
         lo = np.full(q.shape, samples[0] - 40 * self.bandwidth)
         hi = np.full(q.shape, samples[-1] + 40 * self.bandwidth)
