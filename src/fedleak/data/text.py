@@ -9,11 +9,11 @@ network we use English prose installed with our dependencies:
 
 :class:`Vocabulary` is a word-level tokenizer written here: lower-cased words, numbers and single
 punctuation marks; the ``size − 1`` most frequent tokens of the whole (public) corpus plus
-``<unk>`` (id 0). :func:`load` cuts the token stream into windows of ``seq_len + 1`` tokens; a
-client sample is the first ``seq_len`` tokens (the input, token ids stored as floats because
-model inputs are floating point) and the next token (the label) — next-word prediction, the
-classic federated language task. A share of the windows is kept apart as the server's public
-text (``surrogate``), disjoint from every client's.
+``<unk>`` (id 0). :func:`load` cuts the token stream into windows of ``seq_len + 1`` tokens (each
+distinct window once); a client sample is the first ``seq_len`` tokens (the input, token ids
+stored as floats because model inputs are floating point) and the next token (the label) —
+next-word prediction, the classic federated language task. A share of the windows is kept apart
+as the server's public text (``surrogate``), disjoint from every client's.
 
 :func:`token_accuracy` scores recovered token sequences against the client's.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,11 +81,13 @@ def _stdlib_documents() -> list[tuple[str, str]]:
         except ImportError:
             continue
         parts = [inspect.getdoc(module) or ""]
-        for attr, obj in sorted(vars(module).items()):
-            if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
-                continue
-            if inspect.isclass(obj) or inspect.isfunction(obj):
-                parts.append(inspect.getdoc(obj) or "")
+        with warnings.catch_warnings():  # e.g. typing.io's deprecation when its docstring is read
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for attr, obj in sorted(vars(module).items()):
+                if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                    continue
+                if inspect.isclass(obj) or inspect.isfunction(obj):
+                    parts.append(inspect.getdoc(obj) or "")
         docs.append((f"stdlib:{name}", "\n\n".join(p for p in parts if p)))
     return docs
 
@@ -165,6 +168,7 @@ def load(num_clients: int = 1, samples_per_client: int = 128, seed: int = 0, *, 
         ids = vocabulary.encode(tokens)
         windows.extend(ids[i:i + width] for i in range(0, len(ids) - width + 1, width))
     windows_t = torch.tensor(windows, dtype=torch.int64).view(-1, width)
+    windows_t = torch.unique(windows_t, dim=0)  # repeated passages (shared docstrings) once
     generator = torch.Generator().manual_seed(seed)
     windows_t = windows_t[torch.randperm(windows_t.shape[0], generator=generator)]
     public = max(1, int(round(surrogate_fraction * windows_t.shape[0])))
