@@ -9,14 +9,16 @@ Writes ``benchmarks/results/dimitrov.json``::
 
     python benchmarks/bench_dimitrov.py [--iterations 10] [--threads 1] [--device cpu] [--out PATH]
 
-Peak memory: the process's maximum resident set size (``resource.getrusage``), its growth during
-the attack, and on CUDA ``torch.cuda.max_memory_allocated``.
+Peak memory: the process's maximum resident set size (``resource.getrusage``), the part of it the
+attack added over the set-up (data, model, update), and on CUDA ``torch.cuda.max_memory_allocated``.
+The 1-minute load average is recorded too: on a shared machine it explains slow timings.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import sys
@@ -47,12 +49,12 @@ def run(iterations: int, threads: int, device: str, epochs: int = 10, batch_size
     counts = labels_to_counts(client.labels.cpu(), spec.num_classes).tolist()
     update = client_update(model, client, protocol, seed=0, metadata={"label_counts": counts})
 
+    rss_setup = _max_rss_mib()  # data, model and update in memory; no attack graph yet
     warm = build_attack("dimitrov", iterations=1)
     warm.reconstruct(update, model, spec)  # first call pays one-time costs (allocator, kernels)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    rss_before = _max_rss_mib()
     attack = build_attack("dimitrov", iterations=iterations)
     started = time.perf_counter()
     rec = attack.reconstruct(update, model, spec)
@@ -70,7 +72,8 @@ def run(iterations: int, threads: int, device: str, epochs: int = 10, batch_size
         "estimated_seconds_400_iterations": 400 * per_iteration,
         "estimated_hours_10_clients_x_400_iterations": 10 * 400 * per_iteration / 3600,
         "peak_rss_mib": _max_rss_mib(),
-        "peak_rss_growth_mib": _max_rss_mib() - rss_before,
+        "peak_rss_attack_mib": _max_rss_mib() - rss_setup,
+        "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
     }
     if device.startswith("cuda"):
