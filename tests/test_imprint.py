@@ -298,3 +298,4 @@ def test_reduction_keeps_at_most_n_candidates_under_noise():
     pixels = SPEC.denormalize(rec.inputs)
     assert float(pixels.min()) >= -1e-6 and float(pixels.max()) <= 1 + 1e-6
     assert evaluate(rec, data, SPEC)["iip"] >= 0.4
+

@@ -432,7 +432,9 @@ def audit_section(spec: DataSpec, clients, seed: int = 0, *, model="resnet18", b
     protocol = protocol if protocol is not None else Protocol("fedsgd")
     base = build_model(model, spec, seed=seed) if isinstance(model, str) else model
     structure = "cumulative" if protocol.algorithm == "fedsgd" else "sparse"
-    malicious = imprint(base, spec, bins=bins, structure=structure, linfunc=linfunc,
+    # FedAvg: small rows (c0 = 1e-3) keep the lr-scaled update above float32 rounding (robbing-fedavg preset)
+    gain = 1.0 if structure == "cumulative" else 1e-3
+    malicious = imprint(base, spec, bins=bins, structure=structure, linfunc=linfunc, gain=gain,
                         surrogate=surrogate, seed=seed)
     update = client_update(malicious, client, protocol, seed=seed)
     attack = ImprintAttack()
