@@ -261,3 +261,10 @@ def test_dimitrov_presets_are_consistent():
             assert set(row) == set(preset["variants"]), path.name
     t1 = yaml.safe_load((folder / "dimitrov-table1-femnist.yaml").read_text())
     assert t1["paper"]["E10-m5"]["ours-prior"] == {"rec_percent": 65.5, "psnr": 21.5}
+
+
+def test_cosine_variant_of_the_paper_text_recovers_images(digits_update):
+    spec, client, model, update = digits_update
+    rec = build("dimitrov-cosine", iterations=100).reconstruct(update, model, spec)
+    assert rec.extras["distance"] == "cosine" and rec.extras["layer_weights"] == "uniform"
+    assert evaluate(rec, client, spec, clip=False)["psnr"] > 16.5
