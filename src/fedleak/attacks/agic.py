@@ -138,7 +138,7 @@ class Agic(Attack):
 
     def _problem(self, update: Update, model: nn.Module, spec: DataSpec):
         strategy = self.label_strategy(update, spec)
-        labels = resolve_labels(strategy, update, model, spec.num_classes)
+        labels = resolve_labels(strategy, update, model, spec)
         observed, simulate, n = gradient_target(update, model)
         weights = self.layer_weights(update, model, observed)
         return strategy, labels, observed, simulate, n, weights

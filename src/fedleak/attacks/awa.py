@@ -185,7 +185,7 @@ class Awa(Attack):
         o = self.options
         scenario = awa_scenario(update.protocol, update.num_samples)
         strategy = self.label_strategy(update, spec)
-        labels = resolve_labels(strategy, update, model, spec.num_classes)
+        labels = resolve_labels(strategy, update, model, spec)
         target_kind, (observed, simulate, n) = self.target(update, model)
         trials: list[dict] = []
         if o.bayes_trials > 0:
