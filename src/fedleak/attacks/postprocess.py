@@ -1,4 +1,4 @@
-"""Post-processing of per-epoch reconstructions: MatchEpoch (Dimitrov et al. §4.4, App. C).
+"""Post-processing of per-epoch reconstructions: MatchEpoch (Dimitrov et al. §4.4, App. C, Alg. 3).
 
 SimUpdate optimizes one image per input *and epoch*; epoch e's k-th variable need not show the
 same client image as epoch 1's k-th. :func:`match_epochs` aligns every epoch to the first and
