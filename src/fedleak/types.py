@@ -127,7 +127,9 @@ class Protocol:
     ignored). ``fedavg``: ``epochs`` E passes of plain SGD with lr ``lr`` over minibatches of
     ``batch_size`` m (``None`` = full batch); a fresh permutation every epoch when ``reshuffle``
     (the paper's ``--rand_batch``), else the data order every epoch; the last batch is smaller
-    when m does not divide N.
+    when m does not divide N. ``train_mode``: BatchNorm layers use the batch statistics during
+    local training (``model.train()``, default) or the running statistics the server sent
+    (``model.eval()``, as in Inverting Gradients' / AGIC's reference setups).
     """
 
     algorithm: str = "fedsgd"
@@ -135,6 +137,7 @@ class Protocol:
     batch_size: Optional[int] = None
     lr: float = 0.004
     reshuffle: bool = True
+    train_mode: bool = True
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -145,6 +148,8 @@ class Protocol:
             raise FedleakError(f"batch_size must be a positive integer or None, got {self.batch_size}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise FedleakError(f"lr must be a positive finite number, got {self.lr}")
+        if not isinstance(self.train_mode, bool):
+            raise FedleakError(f"train_mode must be true or false, got {self.train_mode!r}")
 
     def batch_size_for(self, num_samples: int) -> int:
         if self.algorithm == "fedsgd" or self.batch_size is None:

@@ -40,7 +40,7 @@ def gradient_target(update: Update, model: nn.Module, scale: float | None = None
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
         batch = [[torch.arange(inputs.shape[0], device=inputs.device)]]
         result = local_training(model, update.server_params, inputs, labels, batch, update.protocol.lr,
-                                buffers=update.buffers, create_graph=True)
+                                buffers=update.buffers, create_graph=True, train_mode=update.protocol.train_mode)
         return result.grad_sum if scale == 1.0 else {k: scale * g for k, g in result.grad_sum.items()}
 
     return update.pseudo_gradient(), simulate, n
@@ -58,7 +58,8 @@ def epoch_gradient_target(update: Update, model: nn.Module) -> tuple[Params, Sim
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
         full = [[torch.arange(n, device=inputs.device)] for _ in range(protocol.local_epochs())]
         return local_training(model, update.server_params, inputs, labels, full, protocol.lr,
-                              buffers=update.buffers, create_graph=True, loss_fn=scaled_loss).grad_sum
+                              buffers=update.buffers, create_graph=True, loss_fn=scaled_loss,
+                              train_mode=protocol.train_mode).grad_sum
 
     return update.pseudo_gradient(), simulate, n
 
@@ -84,7 +85,7 @@ def simulation_target(update: Update, model: nn.Module, per_epoch_inputs: bool,
         tiled = labels.repeat(epochs, *([1] * (labels.dim() - 1))) if tile else labels
         sched = [[b.to(inputs.device) for b in epoch] for epoch in schedule]
         return local_training(model, update.server_params, inputs, tiled, sched, protocol.lr,
-                              buffers=update.buffers, create_graph=True).grad_sum
+                              buffers=update.buffers, create_graph=True, train_mode=update.protocol.train_mode).grad_sum
 
     return update.pseudo_gradient(), simulate, n * epochs if per_epoch_inputs else n
 
@@ -115,6 +116,6 @@ def interpolated_epoch_target(update: Update, model: nn.Module, epoch: int = 1) 
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
         sched = [[b.to(inputs.device) for b in ep] for ep in schedule]
         return local_training(model, start, inputs, labels, sched, protocol.lr,
-                              buffers=update.buffers, create_graph=True).grad_sum
+                              buffers=update.buffers, create_graph=True, train_mode=update.protocol.train_mode).grad_sum
 
     return observed, simulate, n

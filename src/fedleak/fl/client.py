@@ -213,7 +213,8 @@ def client_update(
     schedule = batch_schedule(len(data), protocol, generator)
     try:
         result = local_training(model, server, inputs, data.labels.to(first.device), schedule, protocol.lr,
-                                buffers=buffers, defense=defense, generator=generator)
+                                buffers=buffers, defense=defense, generator=generator,
+                                train_mode=protocol.train_mode)
     except (RuntimeError, IndexError) as exc:
         raise FedleakError(f"the model cannot be trained on client {data.client_id}'s data "
                            f"(inputs {tuple(inputs.shape)}, labels {data.labels.min().item()}..{data.labels.max().item()}): "
