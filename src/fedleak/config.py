@@ -97,7 +97,7 @@ def _check_sections(section: dict, where: str) -> None:
     if "model" in section:
         _section(section, "model", MODEL_KEYS, where)
     if "protocol" in section:
-        protocol = _section(section, "protocol", ("algorithm", "epochs", "batch_size", "lr", "reshuffle"), where)
+        protocol = _section(section, "protocol", tuple(Protocol().to_json()), where)
         Protocol(**{**Protocol().to_json(), **protocol})
     if "defense" in section:
         Defense.parse(section["defense"])
