@@ -86,7 +86,8 @@ def evaluate(rec: Reconstruction, client: ClientData, spec: DataSpec, *,
     path uses that file. If no usable weights are found, ``"lpips"`` is ``None`` and
     ``"lpips_note"`` says why. Computation happens on the client's device, in the inputs' dtype
     (at least float32). Raises :class:`FedleakError` for shape mismatches, an empty
-    reconstruction, or non-finite client inputs.
+    or non-finite client inputs. An empty reconstruction (an attack that recovered nothing, e.g. an
+    imprint readout with no occupied bin) scores every original against the mean image.
     """
     if not isinstance(rec, Reconstruction):
         raise FedleakError(f"evaluate needs a Reconstruction, got {type(rec).__name__}")
@@ -94,8 +95,6 @@ def evaluate(rec: Reconstruction, client: ClientData, spec: DataSpec, *,
         raise FedleakError(f"evaluate needs ClientData, got {type(client).__name__}")
     originals = _check_images(client.inputs, spec, f"client {client.client_id!r} inputs")
     recs = rec.inputs
-    if isinstance(recs, torch.Tensor) and recs.dim() >= 1 and recs.shape[0] == 0:
-        raise FedleakError("reconstruction is empty (0 inputs); nothing to score")
     if isinstance(recs, torch.Tensor) and recs.dim() == 4 and tuple(recs.shape[1:]) != tuple(originals.shape[1:]):
         raise FedleakError(
             f"reconstruction inputs have per-image shape (C, H, W) = {tuple(recs.shape[1:])} but client "
