@@ -7,7 +7,7 @@ Formats:
   file is a pickled dict with ``b"data"`` — a uint8 array (N, 3072), each row a 32×32 image stored
   channel-major (1024 R, 1024 G, 1024 B values, each row-major) — and ``b"labels"`` (CIFAR-10) or
   ``b"fine_labels"`` (CIFAR-100). They are read with the restricted unpickler of
-  :mod:`fedleak.data.safe_pickle`, never with ``pickle.load``.
+  :mod:`fedleak.data.safe_pickle`, never with the unrestricted pickle loader.
 * An ``.npz`` (read with ``allow_pickle=False``) with ``<split>_x`` uint8 pixels (N, 32, 32, 3)
   (NHWC, or NCHW, or flat rows as above) and labels ``<split>_y`` (CIFAR-100: ``<split>_fine_y``);
   when ``<split>_idx`` is present the label array covers the whole official split and the images
