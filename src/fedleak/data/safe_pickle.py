@@ -1,7 +1,7 @@
 """Reading the CIFAR python pickles without running arbitrary code.
 
 A pickle can name any importable callable (``os.system``, ...) and have it called while loading, so
-The unrestricted pickle loader must never see an untrusted file. :class:`RestrictedUnpickler` resolves only the
+the unrestricted pickle loader must never see an untrusted file. :class:`RestrictedUnpickler` resolves only the
 globals numpy needs to rebuild an ``ndarray`` (the recipe of ``ndarray.__reduce__``:
 ``multiarray._reconstruct`` + ``ndarray`` + ``dtype``; ``numeric._frombuffer`` for protocol-5
 pickles; ``multiarray.scalar`` for numpy scalars), under both the numpy 1.x (``numpy.core``)
