@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import time
@@ -36,8 +37,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "attacks.json"))
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=50, seed=0)
     client = clients[0].to(args.device)
@@ -58,7 +61,7 @@ def main() -> None:
         "benchmark": "inverting-gradients seconds per iteration, femnist-cnn",
         "machine": platform.machine(), "processor": platform.processor(), "torch": torch.__version__,
         "threads": torch.get_num_threads(), "device": args.device, "iterations_timed": args.iterations,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "results": results,
+        "load_average": list(os.getloadavg()), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "results": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(payload, indent=1))
