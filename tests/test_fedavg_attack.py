@@ -268,3 +268,15 @@ def test_cosine_variant_of_the_paper_text_recovers_images(digits_update):
     rec = build("dimitrov-cosine", iterations=100).reconstruct(update, model, spec)
     assert rec.extras["distance"] == "cosine" and rec.extras["layer_weights"] == "uniform"
     assert evaluate(rec, client, spec, clip=False)["psnr"] > 16.5
+
+
+def test_known_batch_labels_drive_the_simulation(digits_update):
+    spec, client, model, update = digits_update
+    schedule = batch_schedule(len(client), update.protocol, torch.Generator().manual_seed(0))
+    told = type(update)(update.server_params, update.protocol, update.num_samples,
+                        client_params=update.client_params,
+                        metadata={"batch_labels": [[client.labels[b].tolist() for b in epoch] for epoch in schedule]})
+    for name in ("dimitrov", "dimitrov-shared"):
+        rec = build(name, iterations=2).reconstruct(told, model, spec)
+        assert rec.extras["label_source"] == "batches" and rec.extras["label_order"] == "batches"
+        assert sorted(rec.labels.tolist()) == sorted(client.labels.tolist())
