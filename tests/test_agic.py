@@ -221,7 +221,11 @@ def test_registered_variants_and_option_errors():
     assert build("agic-no-weights").options.layer_weights is False
     with pytest.raises(FedleakError, match="allowed: constant, exp, linear, log"):
         build("agic", shape="cubic")
-    with pytest.raises(FedleakError, match="label filter"):
+    with pytest.raises(FedleakError, match="label_filter"):
         build("agic", label_filter="maybe")
+    with pytest.raises(FedleakError, match="'beta' of attack 'agic' must be a positive"):
+        build("agic", beta=0)
+    with pytest.raises(FedleakError, match="'tv' of attack 'agic' must be a non-negative"):
+        build("agic", tv=float("nan"))
     with pytest.raises(FedleakError, match="unknown option"):
         build("agic", gamma=0.1)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedleak import ClientData, FedleakError, Protocol, Reconstruction
+from fedleak import FedleakError, Protocol, Reconstruction
 from fedleak.attacks import available, build
 from fedleak.attacks.awa import PARAMETERS, Awa, awa_scenario
 from fedleak.attacks.targets import interpolated_epoch_target, simulation_target
@@ -144,7 +144,7 @@ def test_variants_and_option_errors():
     names = available()
     assert "awa" in names and "awa-no-bo" in names
     assert build("awa-no-bo").options.bayes_trials == 0
-    with pytest.raises(FedleakError, match="AWA target"):
+    with pytest.raises(FedleakError, match="option .target. of attack .awa."):
         build("awa", target="magic")
     with pytest.raises(FedleakError, match="omega_range"):
         build("awa", omega_range=(10.0, 1.0))

@@ -203,15 +203,16 @@ def apply_overrides(config: ExperimentConfig, *, data_root=None, clients=None, v
             raise FedleakError(f"--clients must be positive, got {clients}")
         config.data["num_clients"] = int(clients)
     if variants:
-        known = {v.name for v in config.variants}
-        for name in variants:
-            if name not in known:
-                raise unknown_choice(f"variant of {config.name}", name, known)
-        config.variants = [v for v in config.variants if v.name in variants]
+        config.variants = _select(config.variants, variants, f"variant of {config.name}")
     if settings:
-        known = {s.name for s in config.settings}
-        for name in settings:
-            if name not in known:
-                raise unknown_choice(f"setting of {config.name}", name, known)
-        config.settings = [s for s in config.settings if s.name in settings]
+        config.settings = _select(config.settings, settings, f"setting of {config.name}")
     return config
+
+
+def _select(items: list, names, kind: str) -> list:
+    """The ``items`` whose ``.name`` is in ``names``; an unknown name is an error listing the known."""
+    known = {item.name for item in items}
+    for name in names:
+        if name not in known:
+            raise unknown_choice(kind, name, known)
+    return [item for item in items if item.name in names]

@@ -24,7 +24,6 @@ import torch
 from . import attacks, data, metrics, models
 from .attacks.optimize import progress_reporter
 from .config import ExperimentConfig, Setting, Variant
-from .errors import FedleakError
 from .fl import Defense, batch_schedule, client_update
 from .types import ClientData, Protocol
 

@@ -25,7 +25,6 @@ forced to simulate the local steps: AGIC's InvG baseline on FedAvg).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -33,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import FedleakError, unknown_choice
+from ..errors import FedleakError
 from ..params import check_update
 from ..types import ClientData, DataSpec, Params, Protocol, Reconstruction, Update
-from .base import Attack, AttackOptions, register
+from .base import Attack, AttackOptions, auto_label_strategy, register
 from .gradient_inversion import GradientInversion
 from .labels import LABEL_STRATEGIES, resolve_labels
 from .layer_weights import AGIC_SHAPES, BN_POLICIES, agic_layer_weights
@@ -91,42 +90,20 @@ class Agic(Attack):
     Options = AgicOptions
     name = "agic"
 
+    choices = {"shape": AGIC_SHAPES, "bn_weight": BN_POLICIES, "label_filter": LABEL_FILTERS,
+               "joint_init": JOINT_INITS, "labels": ("auto", *LABEL_STRATEGIES), "init": INITS}
+    positive = ("beta", "pool")
+    non_negative = ("tv", "gamma_first", "gamma_rest", "pre_iterations", "iterations", "lr")
+
     def __init__(self, **options) -> None:
         super().__init__(**options)
-        o = self.options
-        if o.shape not in AGIC_SHAPES:
-            raise unknown_choice("AGIC weight shape", o.shape, AGIC_SHAPES)
-        if o.bn_weight not in BN_POLICIES:
-            raise unknown_choice("AGIC BatchNorm weight policy", o.bn_weight, BN_POLICIES)
-        if o.label_filter not in LABEL_FILTERS:
-            raise unknown_choice("AGIC label filter", o.label_filter, LABEL_FILTERS)
-        if o.joint_init not in JOINT_INITS:
-            raise unknown_choice("AGIC joint init", o.joint_init, JOINT_INITS)
-        if o.labels != "auto" and o.labels not in LABEL_STRATEGIES:
-            raise unknown_choice("label strategy", o.labels, ("auto", *LABEL_STRATEGIES))
-        if o.init not in INITS:
-            raise unknown_choice("init", o.init, INITS)
-        if not (math.isfinite(o.beta) and o.beta > 0):
-            raise FedleakError(f"AGIC option 'beta' must be positive, got {o.beta}")
-        if int(o.pool) < 1:
-            raise FedleakError(f"AGIC option 'pool' must be a positive integer (1 = no pooling), got {o.pool}")
-        if o.tv < 0 or o.gamma_first < 0 or o.gamma_rest < 0:
-            raise FedleakError("AGIC options 'tv', 'gamma_first' and 'gamma_rest' must be non-negative")
-        if o.pre_iterations < 0:
-            raise FedleakError(f"AGIC option 'pre_iterations' must be non-negative, got {o.pre_iterations}")
-        self.config = OptimizerConfig(optimizer=o.optimizer, lr=o.lr, iterations=o.iterations, schedule=o.schedule,
-                                      signed=o.signed, log_every=o.log_every)
+        self.config = self.optimizer_config()
 
     # -- parts ------------------------------------------------------------------------------
     def label_strategy(self, update: Update, spec: DataSpec) -> str:
         """``auto``: labels the server was told, else Yin et al.'s rule (§V-A) while N ≤ C,
         else the label-count estimator (``reclabels``)."""
-        if self.options.labels != "auto":
-            return self.options.labels
-        meta = update.metadata
-        if meta.get("labels") is not None or meta.get("label_counts") is not None:
-            return "known"
-        return "yin" if update.num_samples <= spec.num_classes else "reclabels"
+        return auto_label_strategy(self.options.labels, update, spec.num_classes)
 
     def layer_weights(self, update: Update, model: nn.Module, observed: Params) -> Optional[dict[str, float]]:
         """α of Eqs. 7–8 from the received (approximated) gradient, or ``None`` (all 1)."""

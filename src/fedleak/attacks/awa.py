@@ -35,19 +35,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 from torch import nn
 
-from ..errors import FedleakError, unknown_choice
+from ..errors import FedleakError
 from ..types import DataSpec, Params, Protocol, Reconstruction, Update
-from .base import Attack, AttackOptions, register
+from .base import Attack, AttackOptions, auto_label_strategy, register
 from .labels import LABEL_STRATEGIES, resolve_labels
 from .layer_weights import EnhancedWeights, awa_base_weights
 from .losses import DISTANCES, total_variation, update_distance
 from .matching import INITS, MatchingProblem, MatchingResult, solve
-from .optimize import OptimizerConfig
 from .targets import interpolated_epoch_target, simulation_target
 
 TARGETS = ("auto", "simulation", "interpolated")
@@ -104,40 +103,26 @@ class Awa(Attack):
     Options = AwaOptions
     name = "awa"
 
+    choices = {"target": TARGETS, "distance": DISTANCES, "labels": ("auto", *LABEL_STRATEGIES), "init": INITS}
+    positive = ("enhance_every",)
+    non_negative = ("bayes_trials", "bayes_initial", "bayes_iterations", "iterations")
+
     def __init__(self, **options) -> None:
         super().__init__(**options)
         o = self.options
-        if o.target not in TARGETS:
-            raise unknown_choice("AWA target", o.target, TARGETS)
-        if o.distance not in DISTANCES:
-            raise unknown_choice("distance", o.distance, DISTANCES)
-        if o.labels != "auto" and o.labels not in LABEL_STRATEGIES:
-            raise unknown_choice("label strategy", o.labels, ("auto", *LABEL_STRATEGIES))
-        if o.init not in INITS:
-            raise unknown_choice("init", o.init, INITS)
-        if o.enhance_every < 1:
-            raise FedleakError(f"AWA option 'enhance_every' must be a positive integer, got {o.enhance_every}")
-        if o.bayes_trials < 0 or o.bayes_initial < 0 or o.bayes_iterations < 0:
-            raise FedleakError("AWA options 'bayes_trials', 'bayes_initial', 'bayes_iterations' must be non-negative")
         for name, rng, low in (("omega_range", o.omega_range, 0.0), ("p_range", o.p_range, 0.0)):
             if len(tuple(rng)) != 2 or not (low <= float(rng[0]) < float(rng[1])):
                 raise FedleakError(f"AWA option {name!r} must be an increasing pair (low, high), got {rng!r}")
         if float(o.omega_range[0]) <= 0 or float(o.p_range[1]) > 1:
             raise FedleakError("AWA search ranges: omegas must be positive and proportions at most 1")
-        self.config = OptimizerConfig(optimizer=o.optimizer, lr=o.lr, iterations=o.iterations, schedule=o.schedule,
-                                      signed=o.signed, log_every=o.log_every)
+        self.config = self.optimizer_config()
         self.theta = {name: float(getattr(o, name)) for name in PARAMETERS}
 
     # -- parts ------------------------------------------------------------------------------
     def label_strategy(self, update: Update, spec: DataSpec) -> str:
         """``auto``: known labels (the paper's assumption, §5.1) when the server was told them,
         else Yin et al.'s rule while N ≤ C, else the label-count estimator."""
-        if self.options.labels != "auto":
-            return self.options.labels
-        meta = update.metadata
-        if meta.get("labels") is not None or meta.get("label_counts") is not None:
-            return "known"
-        return "yin" if update.num_samples <= spec.num_classes else "reclabels"
+        return auto_label_strategy(self.options.labels, update, spec.num_classes)
 
     def target(self, update: Update, model: nn.Module) -> tuple[str, tuple[Params, Callable, int]]:
         """The target for the update's scenario (see the module docstring)."""

@@ -8,8 +8,9 @@ attack class plus fixed option values, so a variant is a configuration, not a co
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar
 
 from torch import nn
 
@@ -37,6 +38,9 @@ class Attack:
     name: ClassVar[str] = "attack"
     #: option name -> allowed values, checked when the attack is built
     choices: ClassVar[dict[str, tuple]] = {}
+    #: options that must be finite and >= 0 / > 0 (``None`` means "paper default" and passes)
+    non_negative: ClassVar[tuple[str, ...]] = ()
+    positive: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         self.options = make_options(self.Options, options, self.name)
@@ -44,6 +48,9 @@ class Attack:
             value = getattr(self.options, key)
             if value not in allowed:
                 raise unknown_choice(f"value for option {key!r} of attack {self.name!r}:", value, allowed)
+        for keys, strict in ((self.non_negative, False), (self.positive, True)):
+            for key in keys:
+                _check_bound(self.name, key, getattr(self.options, key), strict)
 
     def optimizer_config(self, **overrides: Any) -> OptimizerConfig:
         """The :class:`OptimizerConfig` built from the options of the same names."""
@@ -66,6 +73,35 @@ class Attack:
 
     def describe(self) -> dict:
         return {"attack": self.name, **dataclasses.asdict(self.options)}
+
+
+def _check_bound(attack: str, key: str, value: Any, strict: bool) -> None:
+    if value is None:
+        return
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise FedleakError(f"option {key!r} of attack {attack!r} expects a number, got {value!r}") from None
+    if not math.isfinite(number) or number < 0 or (strict and number == 0):
+        need = "a positive" if strict else "a non-negative"
+        raise FedleakError(f"option {key!r} of attack {attack!r} must be {need} finite number, got {value!r}")
+
+
+def auto_label_strategy(option: str, update: Update, num_classes: int, few: str = "yin") -> str:
+    """The label strategy an attack uses when its ``labels`` option is ``auto``.
+
+    Labels (or counts) the server was told win (``known``); otherwise ``few`` — Yin et al.'s
+    rule while N ≤ C (AGIC §V-A, AWA §5.1), or iDLG for a single sample (``few="idlg"``) — and the
+    count estimator ``reclabels`` beyond that.
+    """
+    if option != "auto":
+        return option
+    meta = update.metadata
+    if meta.get("labels") is not None or meta.get("label_counts") is not None:
+        return "known"
+    n = update.num_samples
+    small = n == 1 if few == "idlg" else n <= num_classes
+    return few if small else "reclabels"
 
 
 def make_options(options_cls: type, given: dict, kind: str):

@@ -214,37 +214,21 @@ class FedAvgLeakage(Attack):
     Options = FedAvgLeakageOptions
     name = "fedavg-leakage"
 
+    choices = {"simulation": SIMULATIONS, "labels": LABEL_SOURCES, "label_order": LABEL_ORDERS,
+               "layer_weights": LAYER_WEIGHTS, "hyperparameters": HYPERPARAMETERS, "distance": DISTANCES,
+               "init": INITS, "label_mode": RECLABEL_MODES, "label_rounding": ROUNDINGS,
+               "prior": ("auto", "none", *EPOCH_PRIORS)}
+    non_negative = ("reg_inv", "tv", "clip", "lr", "decay", "fac_start", "distance_scale", "iterations")
+    positive = ("decay_interval", "restarts", "label_samples", "conv_channels", "fac_steps", "fac_target")
+
     def __init__(self, **options) -> None:
         super().__init__(**options)
         o = self.options
-        for value, allowed, what in ((o.simulation, SIMULATIONS, "simulation"), (o.labels, LABEL_SOURCES, "label source"),
-                                     (o.label_order, LABEL_ORDERS, "label order"),
-                                     (o.layer_weights, LAYER_WEIGHTS, "layer weighting"),
-                                     (o.hyperparameters, HYPERPARAMETERS, "hyperparameter set"),
-                                     (o.distance, DISTANCES, "distance"), (o.init, INITS, "init"),
-                                     (o.label_mode, RECLABEL_MODES, "RecLabels mode"),
-                                     (o.label_rounding, ROUNDINGS, "count rounding")):
-            if value not in allowed:
-                raise unknown_choice(what, value, allowed)
-        if o.prior not in ("auto", "none", *EPOCH_PRIORS):
-            raise unknown_choice("epoch prior", o.prior, ("auto", "none", *EPOCH_PRIORS))
         if o.prior not in ("auto", "none") and o.simulation != "per-epoch":
             raise FedleakError(f"the epoch prior {o.prior!r} needs per-epoch variables (simulation='per-epoch'), "
                                f"not simulation={o.simulation!r}; use prior='none'")
-        for key in ("reg_inv", "tv", "clip", "lr", "decay", "fac_start", "distance_scale"):
-            value = getattr(o, key)
-            if value is not None:
-                try:
-                    value = float(value)
-                except (TypeError, ValueError):
-                    raise FedleakError(f"option {key!r} expects a number, got {value!r}") from None
-                if not math.isfinite(value) or value < 0:
-                    raise FedleakError(f"option {key!r} must be a non-negative finite number, got {value}")
-        if o.decay_interval is not None and (int(o.decay_interval) != o.decay_interval or o.decay_interval < 1):
+        if o.decay_interval is not None and int(o.decay_interval) != o.decay_interval:
             raise FedleakError(f"option 'decay_interval' must be a positive integer, got {o.decay_interval}")
-        for key in ("iterations", "restarts", "label_samples", "conv_channels", "fac_steps"):
-            if getattr(o, key) < (0 if key == "iterations" else 1):
-                raise FedleakError(f"option {key!r} is out of range: {getattr(o, key)}")
 
     # -- hyperparameters ---------------------------------------------------------------------
     def resolved(self, spec: DataSpec) -> dict:
@@ -390,15 +374,8 @@ class LabelCountAttack(Attack):
     Options = LabelCountOptions
     name = "label-counts"
 
-    def __init__(self, **options) -> None:
-        super().__init__(**options)
-        o = self.options
-        if o.mode not in RECLABEL_MODES:
-            raise unknown_choice("RecLabels mode", o.mode, RECLABEL_MODES)
-        if o.rounding not in ROUNDINGS:
-            raise unknown_choice("count rounding", o.rounding, ROUNDINGS)
-        if o.label_samples < 1:
-            raise FedleakError(f"label_samples must be positive, got {o.label_samples}")
+    choices = {"mode": RECLABEL_MODES, "rounding": ROUNDINGS}
+    positive = ("label_samples",)
 
     def _reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
         o = self.options

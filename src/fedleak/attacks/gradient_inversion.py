@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..types import DataSpec, Reconstruction, Update
-from .base import Attack, AttackOptions, register
+from .base import Attack, AttackOptions, auto_label_strategy, register
 from .labels import LABEL_STRATEGIES, resolve_labels
 from .losses import DISTANCES, total_variation
 from .matching import INITS, MatchingProblem, solve
-from .optimize import OptimizerConfig
 from .targets import gradient_target, simulation_target
 
 TARGETS = ("auto", "gradient", "simulation")
@@ -64,16 +63,12 @@ class GradientInversion(Attack):
         super().__init__(**options)
         self.config = self.optimizer_config()
 
-    def _label_strategy(self, update: Update) -> str:
-        if self.options.labels != "auto":
-            return self.options.labels
-        if update.metadata.get("labels") is not None or update.metadata.get("label_counts") is not None:
-            return "known"
-        return "idlg" if update.num_samples == 1 else "reclabels"
+    def _label_strategy(self, update: Update, spec: DataSpec) -> str:
+        return auto_label_strategy(self.options.labels, update, spec.num_classes, few="idlg")
 
     def _reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
         o = self.options
-        strategy = self._label_strategy(update)
+        strategy = self._label_strategy(update, spec)
         labels = resolve_labels(strategy, update, model, spec, seed=o.seed)
         use_simulation = o.target == "simulation" or (o.target == "auto" and not update.is_fedsgd)
         if use_simulation:

@@ -227,17 +227,8 @@ class ImprintAttack(Attack):
     Options = ImprintOptions
     name = "imprint"
 
-    def __init__(self, **options) -> None:
-        super().__init__(**options)
-        o = self.options
-        if o.structure not in STRUCTURES:
-            raise FedleakError(f"unknown imprint structure {o.structure!r}; allowed: {', '.join(STRUCTURES)}")
-        if o.reduction not in REDUCTIONS:
-            raise FedleakError(f"unknown reduction {o.reduction!r}; allowed: {', '.join(REDUCTIONS)}")
-        if not (o.tolerance >= 0 and math.isfinite(o.tolerance)):
-            raise FedleakError(f"tolerance must be a non-negative number, got {o.tolerance}")
-        if o.levels < 0:
-            raise FedleakError(f"levels must be >= 0, got {o.levels}")
+    choices = {"structure": STRUCTURES, "reduction": REDUCTIONS}
+    non_negative = ("tolerance", "levels")
 
     def _reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
         start = time.perf_counter()

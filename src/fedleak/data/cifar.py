@@ -27,10 +27,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import FedleakError, check_options
+from ..errors import FedleakError
 from ..types import ClientData, DataSpec
-from .common import (PARTITION_OPTIONS, check_labels, check_split, make_clients, partition_args,
-                     require_root)
+from .common import PARTITION_OPTIONS, check_labels, load_pool, require_root
 from .safe_pickle import load_pickle
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -196,9 +195,4 @@ def read_pool(name: str, root, split: str) -> tuple[np.ndarray, np.ndarray]:
 def load(name: str, root, num_clients: int, samples_per_client: Optional[int], seed: int, split: str,
          **options) -> tuple[DataSpec, list[ClientData]]:
     """CIFAR clients (options: ``partition`` iid/dirichlet/sequential, ``alpha``)."""
-    check_options(f"dataset {name!r}", options, OPTIONS)
-    check_split(split)
-    partition_args(options)
-    pixels, labels = read_pool(name, root, split)
-    spec = cifar_spec(name)
-    return spec, make_clients(spec, pixels, labels, num_clients, samples_per_client, seed, options)
+    return load_pool(name, root, num_clients, samples_per_client, seed, split, options, read_pool, cifar_spec(name))

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from ..errors import FedleakError, unknown_choice
+from ..errors import FedleakError, check_options, unknown_choice
 from ..types import ClientData, DataSpec
 from . import partition as _partition
 
@@ -90,6 +90,17 @@ def make_clients(spec: DataSpec, pixels, labels, num_clients: int, samples_per_c
     labels = np.asarray(labels, dtype=np.int64)
     parts = _partition.split(method, labels, num_clients, samples_per_client, seed=seed, alpha=alpha)
     return clients_from_indices(spec, pixels, labels, parts, prefix)
+
+
+def load_pool(name: str, root, num_clients: int, samples_per_client: Optional[int], seed: int, split: str,
+              options: dict, read_pool, spec: DataSpec) -> tuple[DataSpec, list[ClientData]]:
+    """The ``load`` of a dataset that is one pixel pool per split (CIFAR, MNIST): check the
+    options and split, read the pool with ``read_pool(name, root, split)``, partition it."""
+    check_options(f"dataset {name!r}", options, PARTITION_OPTIONS)
+    check_split(split)
+    partition_args(options)
+    pixels, labels = read_pool(name, root, split)
+    return spec, make_clients(spec, pixels, labels, num_clients, samples_per_client, seed, options)
 
 
 def clients_from_indices(spec: DataSpec, pixels, labels, parts: Sequence[np.ndarray],

@@ -18,10 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import FedleakError, check_options
+from ..errors import FedleakError
 from ..types import ClientData, DataSpec
-from .common import (PARTITION_OPTIONS, check_labels, check_split, make_clients, partition_args,
-                     read_bytes, require_root)
+from .common import PARTITION_OPTIONS, check_labels, load_pool, read_bytes, require_root
 
 _IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
@@ -118,9 +117,4 @@ def read_pool(name: str, root, split: str) -> tuple[np.ndarray, np.ndarray]:
 def load(name: str, root, num_clients: int, samples_per_client: Optional[int], seed: int, split: str,
          **options) -> tuple[DataSpec, list[ClientData]]:
     """MNIST clients (options: ``partition`` iid/dirichlet/sequential, ``alpha``)."""
-    check_options(f"dataset {name!r}", options, OPTIONS)
-    check_split(split)
-    partition_args(options)
-    pixels, labels = read_pool(name, root, split)
-    spec = mnist_spec(name)
-    return spec, make_clients(spec, pixels, labels, num_clients, samples_per_client, seed, options)
+    return load_pool(name, root, num_clients, samples_per_client, seed, split, options, read_pool, mnist_spec(name))
