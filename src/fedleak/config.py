@@ -19,13 +19,16 @@ from .fl.defenses import Defense
 from .types import Protocol
 
 THREAT_LABELS = ("none", "counts", "labels", "batches")
-TOP_KEYS = ("name", "description", "data", "model", "protocol", "defense", "threat", "metrics", "settings",
-            "variants", "quick", "paper", "attack_seed")
+TOP_KEYS = ("name", "description", "data", "model", "protocol", "defense", "threat", "rounds", "metrics",
+            "settings", "variants", "quick", "paper", "attack_seed")
 DATA_KEYS = ("dataset", "root", "num_clients", "samples_per_client", "seed", "split", "options", "first_client")
 MODEL_KEYS = ("name", "seed", "options", "train_rounds", "train_clients_per_round", "train_protocol")
 METRIC_KEYS = ("threshold", "clip", "lpips", "save_images")
-SETTING_KEYS = ("name", "data", "model", "protocol", "defense", "threat", "variants")
-VARIANT_KEYS = ("attack", "options", "model", "protocol", "defense", "threat")
+ROUNDS_KEYS = ("epochs", "samples_per_round")
+SETTING_KEYS = ("name", "data", "model", "protocol", "defense", "threat", "rounds", "variants")
+VARIANT_KEYS = ("attack", "options", "model", "protocol", "defense", "threat", "rounds")
+#: the sections a setting or a variant may override
+OVERRIDABLE = ("data", "model", "protocol", "defense", "threat", "rounds")
 QUICK_KEYS = ("data", "variant_options", "model", "settings", "variants")
 
 
@@ -63,11 +66,12 @@ class ExperimentConfig:
     quick: dict
     paper: dict
     attack_seed: int = 0
+    rounds: dict = field(default_factory=dict)
 
     def resolve(self, setting: Setting, variant: Variant) -> dict:
         """The sections (data, model, protocol, defense, threat) in force for one job."""
         base = {"data": self.data, "model": self.model, "protocol": self.protocol, "defense": self.defense,
-                "threat": self.threat}
+                "threat": self.threat, "rounds": self.rounds}
         merged = _merge(base, setting.overrides)
         return _merge(merged, variant.overrides)
 
@@ -105,6 +109,13 @@ def _check_sections(section: dict, where: str) -> None:
         threat = _section(section, "threat", ("labels",), where)
         if threat.get("labels", "none") not in THREAT_LABELS:
             raise unknown_choice("threat.labels", threat.get("labels"), THREAT_LABELS)
+    if "rounds" in section:
+        rounds = _section(section, "rounds", ROUNDS_KEYS, where)
+        epochs, per_round = rounds.get("epochs", 1), rounds.get("samples_per_round")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise FedleakError(f"{where}: rounds.epochs must be a positive integer, got {epochs!r}")
+        if per_round is not None and (isinstance(per_round, bool) or not isinstance(per_round, int) or per_round < 1):
+            raise FedleakError(f"{where}: rounds.samples_per_round must be a positive integer, got {per_round!r}")
 
 
 def parse_config(raw: dict, source: str = "config") -> ExperimentConfig:
@@ -131,7 +142,7 @@ def parse_config(raw: dict, source: str = "config") -> ExperimentConfig:
             raise FedleakError(f"{source}: variant {name!r} needs an 'attack' name")
         check_options(f"{source} variant {name!r}", entry, VARIANT_KEYS)
         _check_sections(entry, f"{source} variant {name!r}")
-        overrides = {k: entry[k] for k in ("model", "protocol", "defense", "threat") if k in entry}
+        overrides = {k: entry[k] for k in OVERRIDABLE if k != "data" and k in entry}
         variants.append(Variant(str(name), entry["attack"], dict(entry.get("options") or {}), overrides))
     settings = []
     for i, entry in enumerate(raw.get("settings") or [{"name": "default"}]):
@@ -139,7 +150,7 @@ def parse_config(raw: dict, source: str = "config") -> ExperimentConfig:
             raise FedleakError(f"{source}: settings[{i}] must be a mapping")
         check_options(f"{source} settings[{i}]", entry, SETTING_KEYS)
         _check_sections(entry, f"{source} setting {entry.get('name', i)!r}")
-        overrides = {k: entry[k] for k in ("data", "model", "protocol", "defense", "threat") if k in entry}
+        overrides = {k: entry[k] for k in OVERRIDABLE if k in entry}
         only = tuple(entry["variants"]) if entry.get("variants") else None
         settings.append(Setting(str(entry.get("name", f"setting-{i}")), overrides, only))
     quick = _section(raw, "quick", QUICK_KEYS, source)
@@ -148,6 +159,7 @@ def parse_config(raw: dict, source: str = "config") -> ExperimentConfig:
         protocol=dict(raw.get("protocol") or {}), defense=raw.get("defense", "none"),
         threat=dict(raw.get("threat") or {"labels": "none"}), metrics=metrics, settings=settings, variants=variants,
         quick=quick, paper=dict(raw.get("paper") or {}), attack_seed=int(raw.get("attack_seed", 0)),
+        rounds=dict(raw.get("rounds") or {}),
     )
 
 

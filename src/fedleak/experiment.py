@@ -24,7 +24,8 @@ import torch
 from . import attacks, data, metrics, models
 from .attacks.optimize import progress_reporter
 from .config import ExperimentConfig, Setting, Variant
-from .fl import Defense, batch_schedule, client_update
+from .errors import FedleakError
+from .fl import Defense, batch_schedule, client_rounds, client_update
 from .types import ClientData, Protocol
 
 SUMMARY_METRICS = ("rec_percent", "psnr", "ssim", "mse", "iip", "lpips", "label_count_error", "label_accuracy",
@@ -48,8 +49,19 @@ def _safe(name: str) -> str:
 def _write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, allow_nan=False, default=_jsonable))
+    tmp.write_text(json.dumps(_finite(payload), indent=1, allow_nan=False, default=_jsonable))
     tmp.replace(path)
+
+
+def _finite(obj):
+    """``obj`` with every non-finite float (a NaN loss, an infinite PSNR) as ``None``: strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _jsonable(obj):
@@ -169,31 +181,59 @@ class Runner:
             return "skipped"
         model = self.model(sections["model"], spec, sections["data"])
         protocol = Protocol(**{**Protocol().to_json(), **sections["protocol"]})
-        seed = int(sections["data"].get("seed", 0)) * 100003 + job.client_index
         client = client.to(self.device, self.dtype)
-        update = client_update(model, client, protocol, seed=seed, defense=Defense.parse(sections["defense"]),
-                               metadata={"client_index": job.client_index})
         labels_kind = (sections.get("threat") or {}).get("labels", "none")
-        update.metadata.update(threat_metadata(labels_kind, client, protocol, seed, spec.num_classes))
         attack = attacks.build(job.variant.attack, **{"seed": self.config.attack_seed + job.client_index,
                                                       **job.variant.options})
+        reconstruct = self._observed(job, sections, model, client, protocol, spec, attack)
         if bar is not None:
             bar.set_description(f"{job.setting.name}/{job.variant.name}/{client.client_id}")
         start = time.perf_counter()
         with progress_reporter(_inner_progress(bar)):
-            rec = attack.reconstruct(update, model, spec)
+            rec = reconstruct()
         seconds = time.perf_counter() - start
         m = self.config.metrics
         scores = metrics.evaluate(rec, client, spec, threshold=m.get("threshold"), clip=bool(m.get("clip", True)),
                                   lpips=m.get("lpips", False))
         record = {"setting": job.setting.name, "variant": job.variant.name, "attack": job.variant.attack,
                   "client": client.client_id, "client_index": job.client_index, "num_samples": len(client),
-                  "protocol": protocol.to_json(), "threat": labels_kind, "seconds": seconds, **scores,
+                  "protocol": protocol.to_json(), "threat": labels_kind, "rounds": sections.get("rounds") or {},
+                  "seconds": seconds, **scores,
                   "attack_extras": {k: v for k, v in rec.extras.items() if k != "loss_history"}}
         if m.get("save_images", True):
             _save_grid(path.with_suffix(".png"), rec, client, spec, scores)
         _write_json(path, record)
         return record
+
+
+    @staticmethod
+    def _observed(job: Job, sections: dict, model, client: ClientData, protocol: Protocol, spec, attack):
+        """What the server observes of the client, as the call that attacks it.
+
+        One update (the usual job), or with a ``rounds`` section of ``epochs`` > 1 the client's
+        updates of every round over that many epochs (AGIC §IV-B, :func:`fedleak.fl.client_rounds`),
+        attacked jointly by ``reconstruct_rounds``. The threat section decides what the server is
+        told beside each update.
+        """
+        seed = int(sections["data"].get("seed", 0)) * 100003 + job.client_index
+        labels_kind = (sections.get("threat") or {}).get("labels", "none")
+        defense = Defense.parse(sections["defense"])
+
+        def told(part: ClientData, part_seed: int) -> dict:
+            return {"client_index": job.client_index,
+                    **threat_metadata(labels_kind, part, protocol, part_seed, spec.num_classes)}
+
+        rounds = sections.get("rounds") or {}
+        if int(rounds.get("epochs", 1)) == 1:
+            update = client_update(model, client, protocol, seed=seed, defense=defense, metadata=told(client, seed))
+            return lambda: attack.reconstruct(update, model, spec)
+        if not hasattr(attack, "reconstruct_rounds"):
+            raise FedleakError(f"variant {job.variant.name!r}: attack {job.variant.attack!r} cannot attack the updates of "
+                               "several rounds (section 'rounds'); one that can: agic")
+        updates = client_rounds(model, client, protocol, epochs=int(rounds["epochs"]),
+                                samples_per_round=rounds.get("samples_per_round"), seed=seed, defense=defense,
+                                metadata=told)
+        return lambda: attack.reconstruct_rounds(updates, model, spec)
 
 
 def _inner_progress(bar):
@@ -229,7 +269,8 @@ def _save_grid(path: Path, rec, client: ClientData, spec, scores: dict) -> None:
 
 def _config_json(config: ExperimentConfig) -> dict:
     return {"name": config.name, "description": config.description, "data": config.data, "model": config.model,
-            "protocol": config.protocol, "defense": config.defense, "threat": config.threat, "metrics": config.metrics,
+            "protocol": config.protocol, "defense": config.defense, "threat": config.threat, "rounds": config.rounds,
+            "metrics": config.metrics,
             "settings": [{"name": s.name, **s.overrides} for s in config.settings],
             "variants": {v.name: {"attack": v.attack, "options": v.options, **v.overrides} for v in config.variants}}
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..errors import FedleakError
 from ..params import check_update
-from ..types import ClientData, DataSpec, Params, Protocol, Reconstruction, Update
+from ..types import DataSpec, Params, Reconstruction, Update
 from .base import Attack, AttackOptions, auto_label_strategy, register
 from .gradient_inversion import GradientInversion
 from .labels import LABEL_STRATEGIES, resolve_labels
@@ -75,7 +75,7 @@ class AgicOptions(AttackOptions):
     labels: str = "auto"
     log_every: int = 10
     # several epochs (§IV-B)
-    pre_iterations: int = 2000
+    pre_iterations: Optional[int] = None  # None: as many as `iterations` (our choice)
     pool: int = 2
     label_filter: str = "batch"
     gamma_first: float = 1.0
@@ -148,7 +148,7 @@ class Agic(Attack):
         ``epochs[k]`` is the epoch (pass over the client's data) of ``updates[k]``; by default
         each update's ``metadata["epoch"]``. Every update carries its own round's weights W_k
         (``server_params``). Steps (§IV-B): (1) pre-reconstruct each update with
-        ``pre_iterations``; (2) match the images of consecutive epochs one-to-one
+        ``pre_iterations`` (default: ``iterations``); (2) match the images of consecutive epochs one-to-one
         (:func:`greedy_match` on ``pool``×``pool`` average-pooled MSE, label filter
         ``label_filter``), giving one chain of slots per sample; (3) optimize one image per chain
         against all updates jointly, Eq. 5 with the layer-weighted cosine of Eq. 6, γ =
@@ -174,7 +174,7 @@ class Agic(Attack):
         # (1) pre-reconstruction of every update
         pre: list[Reconstruction] = []
         for k, u in enumerate(updates):
-            pre.append(self._reconstruct(u, model, spec, iterations=o.pre_iterations, seed_offset=1000 * (k + 1)))
+            pre.append(self._reconstruct(u, model, spec, iterations=o.iterations if o.pre_iterations is None else o.pre_iterations, seed_offset=1000 * (k + 1)))
 
         # (2) matching, epoch by epoch, into chains of slots
         slots = {e: [(k, j) for k, u in enumerate(updates) if epoch_of[k] == e for j in range(pre[k].inputs.shape[0])]
@@ -240,6 +240,7 @@ class Agic(Attack):
             "matching": matching_log, "loss": run.final_loss, "loss_history": run.losses,
             "stopped_on_nan": run.stopped_on_nan,
             "pre_losses": [p.extras["loss"] for p in pre],
+            "label_strategy": pre[0].extras["label_strategy"],
         }
         return Reconstruction(result, joint_labels.detach(), candidates=candidates, extras=extras)
 
@@ -339,45 +340,6 @@ def greedy_match(a: torch.Tensor, b: torch.Tensor, allowed: Optional[torch.Tenso
             used_b.add(j)
             pairs.append((i, j))
     return pairs
-
-
-def client_rounds(model: nn.Module, data: ClientData, protocol: Protocol, *, epochs: int = 2,
-                  samples_per_round: Optional[int] = None, seed: int = 0, reshuffle: bool = True,
-                  defense=None) -> list[Update]:
-    """The updates a server observes from one client over several epochs of rounds (AGIC §IV-B).
-
-    Each epoch the client's N samples are (re)shuffled and split into rounds of
-    ``samples_per_round`` samples (default: all N, one round per epoch); each round is one
-    :func:`fedleak.fl.client.client_update` under ``protocol`` starting from the weights the
-    previous round returned (a federation of this one client, so W_{k+1} = the client's W_T).
-    Every update's metadata holds ``epoch`` and ``round`` (what the server knows of its rounds).
-    """
-    from ..fl.client import client_update
-    from ..params import buffers_of, params_of
-
-    n = len(data)
-    per_round = n if samples_per_round is None else int(samples_per_round)
-    if per_round < 1 or n % per_round:
-        raise FedleakError(f"samples_per_round must divide the client's {n} samples, got {samples_per_round}")
-    if int(epochs) < 1:
-        raise FedleakError(f"epochs must be a positive integer, got {epochs}")
-    generator = torch.Generator()
-    generator.manual_seed(int(seed))
-    params, buffers = params_of(model), buffers_of(model)
-    updates: list[Update] = []
-    round_index = 0
-    for epoch in range(int(epochs)):
-        order = torch.randperm(n, generator=generator) if (reshuffle and epoch > 0) else torch.arange(n)
-        for start in range(0, n, per_round):
-            index = order[start:start + per_round].sort().values
-            part = ClientData(data.inputs[index], data.labels[index], data.client_id)
-            update = client_update(model, part, protocol, seed=seed * 1000 + round_index, defense=defense,
-                                   params=params, buffers=buffers,
-                                   metadata={"epoch": epoch, "round": round_index})
-            updates.append(update)
-            params = update.final_params()
-            round_index += 1
-    return updates
 
 
 register("agic", Agic,

@@ -223,3 +223,42 @@ def client_update(
     if protocol.algorithm == "fedsgd":
         return Update(server, protocol, len(data), gradient=result.grad_sum, buffers=buffers, metadata=meta)
     return Update(server, protocol, len(data), client_params=result.params, buffers=buffers, metadata=meta)
+
+
+def client_rounds(model: nn.Module, data: ClientData, protocol: Protocol, *, epochs: int = 2,
+                  samples_per_round: Optional[int] = None, seed: int = 0, reshuffle: bool = True,
+                  defense=None, metadata: Optional[Callable[[ClientData, int], dict]] = None) -> list[Update]:
+    """The updates a server observes from one client over several epochs of rounds (AGIC §IV-B).
+
+    Each epoch the client's N samples are (re)shuffled and split into rounds of
+    ``samples_per_round`` samples (default: all N, one round per epoch); each round is one
+    :func:`fedleak.fl.client.client_update` under ``protocol`` starting from the weights the
+    previous round returned (a federation of this one client, so W_{k+1} = the client's W_T).
+    Every update's metadata holds ``epoch`` and ``round`` (what the server knows of its rounds),
+    plus ``metadata(part, round_seed)`` when given (e.g. the labels the server is told).
+    """
+
+    n = len(data)
+    per_round = n if samples_per_round is None else int(samples_per_round)
+    if per_round < 1 or n % per_round:
+        raise FedleakError(f"samples_per_round must divide the client's {n} samples, got {samples_per_round}")
+    if int(epochs) < 1:
+        raise FedleakError(f"epochs must be a positive integer, got {epochs}")
+    generator = torch.Generator()
+    generator.manual_seed(int(seed))
+    params, buffers = params_of(model), buffers_of(model)
+    updates: list[Update] = []
+    round_index = 0
+    for epoch in range(int(epochs)):
+        order = torch.randperm(n, generator=generator) if (reshuffle and epoch > 0) else torch.arange(n)
+        for start in range(0, n, per_round):
+            index = order[start:start + per_round].sort().values
+            part = ClientData(data.inputs[index], data.labels[index], data.client_id)
+            round_seed = seed * 1000 + round_index
+            extra = metadata(part, round_seed) if metadata is not None else {}
+            update = client_update(model, part, protocol, seed=round_seed, defense=defense, params=params,
+                                   buffers=buffers, metadata={**extra, "epoch": epoch, "round": round_index})
+            updates.append(update)
+            params = update.final_params()
+            round_index += 1
+    return updates
