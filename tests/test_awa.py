@@ -150,3 +150,26 @@ def test_variants_and_option_errors():
         build("awa", omega_range=(10.0, 1.0))
     with pytest.raises(FedleakError, match="enhance_every"):
         build("awa", enhance_every=0)
+
+
+def test_table4_preset_runs_cases_1_to_4_end_to_end(tmp_path):
+    """The awa-table4 preset's four cases through the runner (digits, a narrow ResNet18, a short
+    search): each job detects its case's scenario and picks the case's target (§3)."""
+    import json
+
+    from fedleak.config import apply_overrides, load_preset
+    from fedleak.experiment import Runner
+
+    config = apply_overrides(load_preset("awa-table4"), quick=True, variants=["awa-quick"],
+                             variant_options={"iterations": 4, "bayes_iterations": 3})
+    config.data = {"dataset": "digits", "num_clients": 1, "samples_per_client": 4, "seed": 0}
+    config.model = {"name": "resnet18", "seed": 0, "options": {"width": 0.125}}
+    summary = Runner(config, tmp_path, show_progress=False, log=lambda *_: None).run()
+    rows = {r["setting"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert sorted(rows) == ["case1", "case2", "case3", "case4"] and summary["jobs"] == 4
+    for case, row in rows.items():
+        extras = row["attack_extras"]
+        assert extras["scenario"] == int(case[-1])
+        assert extras["target"] == ("interpolated" if case == "case4" else "simulation")
+        assert len(extras["bayes_trials"]) == 4 and row["num_reconstructed"] == 4
+    assert (tmp_path / "table.md").read_text().count("awa-quick") == 4
