@@ -1,0 +1,1 @@
+"""Bridges to federated-learning frameworks (optional dependencies, imported on use)."""
