@@ -70,6 +70,30 @@ def test_attack_option_errors():
         fedleak.attacks.build("inverting-gradients", iterations="many")
     with pytest.raises(fedleak.FedleakError, match="option .distance.*allowed: cosine, l1, l2"):
         fedleak.attacks.build("inverting-gradients", distance="l7")
+    # numeric bounds are declared per attack class and checked when it is built
+    for name, option, value in (("dimitrov", "reg_inv", -1.0), ("dimitrov", "tv", float("inf")),
+                                ("imprint", "tolerance", -0.1), ("awa", "bayes_trials", -2),
+                                ("reclabels", "label_samples", 0), ("agic", "pool", 0)):
+        with pytest.raises(fedleak.FedleakError, match=f"option '{option}' of attack .* must be a"):
+            fedleak.attacks.build(name, **{option: value})
+    with pytest.raises(fedleak.FedleakError, match="option 'reg_inv' of attack 'fedavg-leakage' expects a number"):
+        fedleak.attacks.build("dimitrov", reg_inv="lots")
+
+
+def test_auto_label_strategy_follows_what_the_server_knows():
+    from fedleak.attacks.base import auto_label_strategy
+
+    spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=3, seed=0)
+    model = fedleak.models.build("lenet", spec, seed=0)
+    update = fedleak.client_update(model, clients[0], Protocol("fedsgd"))
+    one = fedleak.client_update(model, clients[0].subset(1), Protocol("fedsgd"))
+    told = fedleak.client_update(model, clients[0], Protocol("fedsgd"), metadata={"labels": [0, 1, 2]})
+    assert auto_label_strategy("auto", told, 10) == "known"
+    assert auto_label_strategy("auto", update, 10) == "yin"           # N ≤ C
+    assert auto_label_strategy("auto", update, 2) == "reclabels"      # N > C
+    assert auto_label_strategy("auto", one, 10, few="idlg") == "idlg"
+    assert auto_label_strategy("auto", update, 10, few="idlg") == "reclabels"
+    assert auto_label_strategy("optimize", told, 10) == "optimize"
 
 
 def test_update_that_does_not_match_the_model_is_rejected():
