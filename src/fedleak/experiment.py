@@ -205,7 +205,6 @@ class Runner:
         _write_json(path, record)
         return record
 
-
     @staticmethod
     def _observed(job: Job, sections: dict, model, client: ClientData, protocol: Protocol, spec, attack):
         """What the server observes of the client, as the call that attacks it.

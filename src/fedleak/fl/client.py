@@ -237,7 +237,6 @@ def client_rounds(model: nn.Module, data: ClientData, protocol: Protocol, *, epo
     Every update's metadata holds ``epoch`` and ``round`` (what the server knows of its rounds),
     plus ``metadata(part, round_seed)`` when given (e.g. the labels the server is told).
     """
-
     n = len(data)
     per_round = n if samples_per_round is None else int(samples_per_round)
     if per_round < 1 or n % per_round:

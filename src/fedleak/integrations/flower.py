@@ -191,6 +191,8 @@ class LeakageRecorder(_StrategyBase):
     def aggregate_fit(self, server_round: int, results, failures):
         for proxy, fit_res in results:
             self.record(server_round, str(proxy.cid), fit_res)
+        self._sent.pop(server_round, None)  # the round is over: keep no copy of its model
+        self._config = {key: c for key, c in self._config.items() if key[0] != server_round}
         return self.strategy.aggregate_fit(server_round, results, failures)
 
     def configure_evaluate(self, server_round: int, parameters, client_manager):
