@@ -71,6 +71,24 @@ def test_run_writes_results_and_resumes(tmp_path, capsys):
     assert run_cli("report", out) == 0 and (out / "report.html").exists()
 
 
+def test_a_run_split_with_first_client_equals_the_whole(tmp_path):
+    """--first-client K attacks the clients from index K of the same fixed order, with the same
+    seeds, so two halves written into one folder give the whole run's results."""
+    config = write_config(tmp_path / "exp.yaml")
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert run_cli("run", config, "--out", whole, "--no-progress", "--variants", "ig") == 0
+    assert run_cli("run", config, "--out", split, "--no-progress", "--variants", "ig", "--clients", "1") == 0
+    assert run_cli("run", config, "--out", split, "--no-progress", "--variants", "ig", "--clients", "1",
+                   "--first-client", "1") == 0
+
+    def rows(out):
+        return {(r["client"], r["client_index"]): r["psnr"]
+                for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+
+    assert len(rows(whole)) == 2 and rows(split) == rows(whole)
+    assert run_cli("run", config, "--out", split, "--first-client", "-1") == 2
+
+
 def test_listings(capsys):
     for command in ("presets", "attacks", "models", "datasets"):
         assert run_cli(command) == 0

@@ -171,7 +171,8 @@ def cmd_run(args) -> int:
     config = load_preset(args.preset) if args.preset else load_config(args.config)
     split = (lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None)
     config = apply_overrides(config, data_root=args.data_root, clients=args.clients, variants=split(args.variants),
-                             settings=split(args.settings), quick=args.quick, variant_options=_options(args.option))
+                             settings=split(args.settings), quick=args.quick, variant_options=_options(args.option),
+                             first_client=args.first_client)
     summary = run_experiment(config, args.out, device=_device(args.device), dtype=_dtype(args.dtype),
                              show_progress=_show_progress(args))
     print((Path(args.out) / "table.md").read_text())
@@ -271,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", help="preset name (see `fedleak presets`)")
     p.add_argument("--data-root", help="folder with the dataset files")
     p.add_argument("--clients", type=int, help="number of clients to attack")
+    p.add_argument("--first-client", type=int, help="attack clients from this index of the fixed order on "
+                   "(default 0; split a long run across machines into one output folder)")
     p.add_argument("--variants", help="comma-separated subset of variants")
     p.add_argument("--settings", help="comma-separated subset of settings")
     p.add_argument("--quick", action="store_true", help="the preset's CPU-minutes scale")

@@ -193,7 +193,8 @@ def load_preset(name: str) -> ExperimentConfig:
 
 
 def apply_overrides(config: ExperimentConfig, *, data_root=None, clients=None, variants=None, settings=None,
-                    quick: bool = False, variant_options: Optional[dict] = None) -> ExperimentConfig:
+                    quick: bool = False, variant_options: Optional[dict] = None,
+                    first_client: Optional[int] = None) -> ExperimentConfig:
     """Command-line overrides: data root, number of clients, a subset of variants/settings, quick scale."""
     config = copy.deepcopy(config)
     if quick and config.quick:
@@ -214,6 +215,10 @@ def apply_overrides(config: ExperimentConfig, *, data_root=None, clients=None, v
         if int(clients) < 1:
             raise FedleakError(f"--clients must be positive, got {clients}")
         config.data["num_clients"] = int(clients)
+    if first_client is not None:
+        if int(first_client) < 0:
+            raise FedleakError(f"--first-client must be >= 0, got {first_client}")
+        config.data["first_client"] = int(first_client)
     if variants:
         config.variants = _select(config.variants, variants, f"variant of {config.name}")
     if settings:

@@ -104,15 +104,16 @@ class Runner:
 
     # -- resources ----------------------------------------------------------------------------
     def dataset(self, section: dict):
-        key = json.dumps(section, sort_keys=True, default=str)
+        """The first ``first_client + num_clients`` clients of the dataset's fixed order (jobs
+        attack those from ``first_client`` on, by their absolute index)."""
+        first, count = _client_range(section)
+        key = json.dumps({**section, "first_client": 0, "num_clients": first + count}, sort_keys=True, default=str)
         if key not in self._data_cache:
             self._data_cache[key] = data.load(
-                section["dataset"], root=section.get("root"), num_clients=int(section.get("num_clients", 10)),
+                section["dataset"], root=section.get("root"), num_clients=first + count,
                 samples_per_client=section.get("samples_per_client", 50), seed=int(section.get("seed", 0)),
                 split=section.get("split", "train"), **(section.get("options") or {}))
-        spec, clients = self._data_cache[key]
-        first = int(section.get("first_client", 0))
-        return spec, clients[first:first + int(section.get("num_clients", 10))]
+        return self._data_cache[key]
 
     def model(self, section: dict, spec, data_section: dict):
         key = json.dumps([section, spec.to_json()], sort_keys=True, default=str)
@@ -138,8 +139,8 @@ class Runner:
         out = []
         for setting in self.config.settings:
             variants = [v for v in self.config.variants if setting.variants is None or v.name in setting.variants]
-            n = int(self.config.resolve(setting, variants[0])["data"].get("num_clients", 10)) if variants else 0
-            for index in range(n):
+            first, n = _client_range(self.config.resolve(setting, variants[0])["data"]) if variants else (0, 0)
+            for index in range(first, first + n):
                 out.extend(Job(setting, v, index) for v in variants)
         return out
 
@@ -233,6 +234,13 @@ class Runner:
                                 samples_per_round=rounds.get("samples_per_round"), seed=seed, defense=defense,
                                 metadata=told)
         return lambda: attack.reconstruct_rounds(updates, model, spec)
+
+
+def _client_range(section: dict) -> tuple[int, int]:
+    first, count = int(section.get("first_client", 0)), int(section.get("num_clients", 10))
+    if first < 0:
+        raise FedleakError(f"data.first_client must be >= 0, got {first}")
+    return first, count
 
 
 def _inner_progress(bar):
