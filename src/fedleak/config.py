@@ -215,9 +215,7 @@ def apply_overrides(config: ExperimentConfig, *, data_root=None, clients=None, v
         if int(clients) < 1:
             raise FedleakError(f"--clients must be positive, got {clients}")
         config.data["num_clients"] = int(clients)
-    if first_client is not None:
-        if int(first_client) < 0:
-            raise FedleakError(f"--first-client must be >= 0, got {first_client}")
+    if first_client is not None:  # checked where it is used (experiment._client_range)
         config.data["first_client"] = int(first_client)
     if variants:
         config.variants = _select(config.variants, variants, f"variant of {config.name}")

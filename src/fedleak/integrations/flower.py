@@ -101,6 +101,11 @@ def update_from_arrays(model: nn.Module, sent: Sequence[np.ndarray], returned: S
     client started from).
     """
     server, buffers = split_arrays(model, sent, keys, "arrays the server sent")
+    return _update(model, server, buffers, returned, num_examples, protocol, keys, metadata)
+
+
+def _update(model: nn.Module, server: Params, buffers: Params, returned: Sequence[np.ndarray], num_examples: int,
+            protocol: Protocol, keys: str, metadata: Optional[dict]) -> Update:
     client, _ = split_arrays(model, returned, keys, "arrays the client returned")
     meta = dict(metadata or {})
     if protocol.algorithm == "fedsgd":
@@ -169,7 +174,7 @@ class LeakageRecorder(_StrategyBase):
         self.attack, self.spec, self.ship, self.clients = attack, spec, ship, clients
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self._sent: dict[int, list[np.ndarray]] = {}
+        self._sent: dict[int, tuple[Params, Params]] = {}  # round -> the (parameters, buffers) it sent
         self._config: dict[tuple[int, str], dict] = {}
         self.records: list[dict] = []
 
@@ -183,7 +188,7 @@ class LeakageRecorder(_StrategyBase):
         if self.ship is not None:
             parameters = ndarrays_to_parameters(model_arrays(self.ship, self.keys))
         instructions = self.strategy.configure_fit(server_round, parameters, client_manager)
-        self._sent[server_round] = _to_arrays(parameters)
+        self._sent[server_round] = split_arrays(self.model, _to_arrays(parameters), self.keys, "arrays the server sent")
         for proxy, fit_ins in instructions:
             self._config[(server_round, str(proxy.cid))] = dict(getattr(fit_ins, "config", {}) or {})
         return instructions
@@ -219,9 +224,9 @@ class LeakageRecorder(_StrategyBase):
                                "be the strategy the server calls (configure_fit before aggregate_fit)")
         config = self._config.get((server_round, cid), {})
         protocol = self.round_protocol(server_round, config)
-        update = update_from_arrays(self.model, self._sent[server_round], _to_arrays(fit_res.parameters),
-                                    fit_res.num_examples, protocol, keys=self.keys,
-                                    metadata={"round": server_round, "client_id": cid, "fit_config": config,
+        server, buffers = self._sent[server_round]
+        update = _update(self.model, server, buffers, _to_arrays(fit_res.parameters), fit_res.num_examples, protocol,
+                         self.keys, metadata={"round": server_round, "client_id": cid, "fit_config": config,
                                               "client_metrics": dict(getattr(fit_res, "metrics", {}) or {})})
         where = self.out / f"round-{server_round}" / f"client-{_safe(cid)}"
         update.save(where / "update")
