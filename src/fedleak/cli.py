@@ -3,19 +3,27 @@
 ``audit`` (the default job: simulate FedSGD and FedAvg clients on embedded data, attack them,
 report), ``simulate`` (compute and save one client's update), ``attack`` (attack a saved update),
 ``run`` (an experiment file or a paper preset), ``report`` (HTML report of a run folder), and the
-listings ``presets``, ``attacks``, ``models``, ``datasets``. Bad input exits with code 2 and one
-line naming the problem.
+listings ``presets``, ``attacks``, ``models``, ``datasets``.
+
+Exit codes (``docs/errors.md``): 0 success; 2 bad input, one line ``fedleak: error: ...`` naming
+the problem (usage errors included); 1 an internal error, one line with ``internal error`` (the
+traceback only with ``--debug``); 130 interrupted by SIGINT (Ctrl-C) and 143 by SIGTERM, both with
+the same one-line hint; 141 when the reader of stdout went away (``fedleak presets | head -3``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import FedleakError
+from .outdir import prepare_out_dir
 
 
 def _parse_value(text: str):
@@ -71,6 +79,47 @@ def _dtype(name: str):
     import torch
 
     return {"float32": torch.float32, "float64": torch.float64}[name]
+
+
+# -- argument types (bounds stop absurd sizes before any memory is spent) -------------------------
+
+MAX_CLIENTS = 100_000
+MAX_SAMPLES = 1_000_000
+MAX_SEED = 2 ** 32 - 1
+
+
+def _int_type(minimum: int, maximum: int):
+    """An argparse ``type`` accepting integers in ``[minimum, maximum]`` with a one-line message."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer from {minimum} to {maximum}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return value
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip() or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"expected a non-empty value, got {text!r}")
+    return text
+
+
+_SEED = _int_type(0, MAX_SEED)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -216,18 +265,34 @@ def cmd_list(args) -> int:
 
 # -- parser --------------------------------------------------------------------------------------
 
+class UsageError(FedleakError):
+    """A command line argparse refused (unknown option, bad value); reported in one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with errors raised as one-line :class:`UsageError`, not usage + exit."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedleak", description="Measure how much private data leaks from "
-                                     "federated learning client updates.")
+    parser = _Parser(prog="fedleak", description="Measure how much private data leaks from "
+                     "federated learning client updates.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's; audit: 1, which is "
+    parser.add_argument("--threads", type=_int_type(1, 1024), help="CPU threads for torch (default: torch's; audit: 1, which is "
                         "fastest for its small models and robust on a busy machine)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # `--debug` is accepted after the command too (`fedleak run x.yaml --debug`)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks")
+    sub_add = sub.add_parser
+    sub.add_parser = lambda *a, **k: sub_add(*a, parents=[common], **k)  # type: ignore[method-assign]
 
     p = sub.add_parser("audit", help="simulate FedSGD/FedAvg clients on embedded data, attack them, write a report")
-    p.add_argument("--out", default="fedleak-report", help="report folder (default: fedleak-report)")
+    p.add_argument("--out", default="fedleak-report", type=_nonempty, help="report folder (default: fedleak-report)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_SEED, default=0)
     p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test, about a minute)")
     p.add_argument("--no-malicious", action="store_true", help="skip the malicious-server (imprint) section")
     p.add_argument("--no-progress", action="store_true")
@@ -237,22 +302,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default="digits")
     p.add_argument("--data-root")
     p.add_argument("--split", default="train")
-    p.add_argument("--client", type=int, default=0, help="client index")
-    p.add_argument("--samples", type=int, default=10, help="samples per client (N)")
+    p.add_argument("--client", type=_int_type(0, MAX_CLIENTS - 1), default=0, help="client index")
+    p.add_argument("--samples", type=_int_type(1, MAX_SAMPLES), default=10, help="samples per client (N)")
     p.add_argument("--model", default="femnist-cnn")
-    p.add_argument("--model-seed", type=int, default=0)
-    p.add_argument("--algorithm", default="fedavg", help="fedsgd or fedavg")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float, default=0.004)
+    p.add_argument("--model-seed", type=_SEED, default=0)
+    p.add_argument("--algorithm", default="fedavg", choices=["fedsgd", "fedavg"])
+    p.add_argument("--epochs", type=_int_type(1, 10_000), default=1)
+    p.add_argument("--batch-size", type=_int_type(1, MAX_SAMPLES))
+    p.add_argument("--lr", type=_positive_float, default=0.004)
     p.add_argument("--static-batches", action="store_true", help="no reshuffling between epochs")
     p.add_argument("--defense", default="none", help="e.g. dp_gaussian_0.01, laplacian:0.02, random_pruning_0.5")
     p.add_argument("--share-labels", default="none", choices=["none", "counts", "labels", "batches"],
                    help="what the server is told about labels")
     p.add_argument("--no-truth", action="store_true", help="do not save the ground truth next to the update")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_SEED, default=0)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=_nonempty)
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("attack", help="attack a saved update")
@@ -264,15 +329,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root")
     p.add_argument("--no-eval", action="store_true", help="do not score against a saved ground truth")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=_nonempty)
     p.set_defaults(func=cmd_attack)
 
     p = sub.add_parser("run", help="run an experiment file or a paper preset (resumable)")
     p.add_argument("config", nargs="?", help="experiment YAML (docs/experiments.md)")
     p.add_argument("--preset", help="preset name (see `fedleak presets`)")
     p.add_argument("--data-root", help="folder with the dataset files")
-    p.add_argument("--clients", type=int, help="number of clients to attack")
-    p.add_argument("--first-client", type=int, help="attack clients from this index of the fixed order on "
+    p.add_argument("--clients", type=_int_type(1, MAX_CLIENTS), help="number of clients to attack")
+    p.add_argument("--first-client", type=_int_type(0, MAX_CLIENTS - 1), help="attack clients from this index of the fixed order on "
                    "(default 0; split a long run across machines into one output folder)")
     p.add_argument("--variants", help="comma-separated subset of variants")
     p.add_argument("--settings", help="comma-separated subset of settings")
@@ -281,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=_nonempty)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="write report.html for a run folder")
@@ -294,27 +359,94 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    """A message on one line (multi-line messages from libraries are joined)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when SIGTERM arrives, so it unwinds exactly like Ctrl-C."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
+def _install_sigterm():
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (main() called from a worker thread): leave signals alone
+        return None
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _report(message: str) -> None:
+    try:
+        print(f"fedleak: {message}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one ``fedleak`` command; returns the exit code (see the module docstring)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        _report(f"error: {_one_line(exc)}")
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
     import torch
 
     threads_before = torch.get_num_threads()
+    previous_sigterm = _install_sigterm()
     try:
+        if getattr(args, "out", None) is not None:
+            prepare_out_dir(args.out)
         _set_threads(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows up here, inside the handlers below
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
     except FedleakError as exc:
         if args.debug:
             raise
-        print(f"fedleak: error: {exc}", file=sys.stderr)
+        _report(f"error: {_one_line(exc)}")
         return 2
-    except KeyboardInterrupt:
-        print("fedleak: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signame = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        then = "resume" if args.command == "run" else "start over"
+        _report(f"interrupted by {signame}; run the same command again to {then}")
+        return 143 if isinstance(exc, Terminated) else 130
+    except (OSError, MemoryError) as exc:  # the machine, not fedleak: disk full, permissions, memory
+        if args.debug:
+            raise
+        kind = "out of memory" if isinstance(exc, MemoryError) else "cannot read or write a file"
+        _report(f"error: {kind}: {_one_line(exc) or type(exc).__name__}")
+        return 2
+    except Exception as exc:  # a bug in fedleak or a library: one line, traceback with --debug
+        if args.debug:
+            raise
+        detail = _one_line(exc)
+        _report(f"internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
+                "(rerun with --debug for the traceback)")
+        return 1
     finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
         torch.set_num_threads(threads_before)
 
 
