@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -24,6 +25,29 @@ from .errors import FedleakError
 Params = dict[str, torch.Tensor]
 
 ALGORITHMS = ("fedsgd", "fedavg")
+
+#: Bounds that stop absurd sizes where values enter (before any memory is spent).
+MAX_SIDE = 16384  # channels, height or width of one input
+MAX_INPUT_NUMEL = 2 ** 28
+MAX_CLASSES = 1_000_000
+MAX_EPOCHS = 100_000
+MAX_SAMPLES = 1_000_000_000
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _numbers(value: object, what: str) -> tuple:
+    """A list/tuple of finite numbers as a tuple of floats, else an error naming ``what``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
+            or not all(_is_real(v) for v in value):
+        raise FedleakError(f"{what} must be a list of finite numbers, got {value!r}")
+    return tuple(float(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -44,16 +68,41 @@ class DataSpec:
     class_names: Optional[tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
-        if len(self.shape) != 3:
-            raise FedleakError(f"DataSpec.shape must be (C, H, W), got {self.shape}")
-        channels = self.shape[0]
-        if len(self.mean) != channels or len(self.std) != channels:
+        if not isinstance(self.name, str):
+            raise FedleakError(f"DataSpec.name must be a string, got {self.name!r}")
+        shape = self.shape
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, (list, tuple)) or len(shape) != 3 \
+                or not all(_is_int(v) and 1 <= v <= MAX_SIDE for v in shape):
+            raise FedleakError(f"DataSpec.shape must be (C, H, W) with integers from 1 to {MAX_SIDE}, got {shape!r}")
+        if math.prod(shape) > MAX_INPUT_NUMEL:
+            raise FedleakError(f"DataSpec.shape {tuple(shape)} is too large (more than {MAX_INPUT_NUMEL} values)")
+        if not _is_int(self.num_classes) or not 1 <= self.num_classes <= MAX_CLASSES:
+            raise FedleakError(f"DataSpec.num_classes must be an integer from 1 to {MAX_CLASSES}, "
+                               f"got {self.num_classes!r}")
+        mean, std = _numbers(self.mean, "DataSpec.mean"), _numbers(self.std, "DataSpec.std")
+        pixel_range = _numbers(self.pixel_range, "DataSpec.pixel_range")
+        channels = shape[0]
+        if len(mean) != channels or len(std) != channels:
             raise FedleakError(
                 f"DataSpec mean/std need one value per channel ({channels}), "
                 f"got mean={self.mean}, std={self.std}"
             )
-        if any(s <= 0 for s in self.std):
+        if any(s <= 0 for s in std):
             raise FedleakError(f"DataSpec std must be positive, got {self.std}")
+        if len(pixel_range) != 2 or not pixel_range[0] < pixel_range[1]:
+            raise FedleakError(f"DataSpec.pixel_range must be (low, high) with low < high, got {self.pixel_range!r}")
+        names = self.class_names
+        if names is not None and (isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple))
+                                  or not all(isinstance(n, str) for n in names)):
+            raise FedleakError(f"DataSpec.class_names must be a list of strings or null, got {names!r}")
+        # frozen: store the checked values as tuples (hashable, equal whether built from lists or tuples)
+        object.__setattr__(self, "shape", tuple(int(v) for v in shape))
+        object.__setattr__(self, "num_classes", int(self.num_classes))
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
+        object.__setattr__(self, "pixel_range", pixel_range)
+        if names is not None:
+            object.__setattr__(self, "class_names", tuple(names))
 
     def _stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         shape = (1,) * (like.dim() - 3) + (-1, 1, 1)
@@ -80,11 +129,16 @@ class DataSpec:
 
     @classmethod
     def from_json(cls, data: dict) -> "DataSpec":
-        data = dict(data)
-        for key in ("shape", "mean", "std", "pixel_range"):
-            data[key] = tuple(data[key])
-        if data.get("class_names") is not None:
-            data["class_names"] = tuple(data["class_names"])
+        """The spec stored by :meth:`to_json`; a missing or unknown key is an error naming it."""
+        if not isinstance(data, dict):
+            raise FedleakError(f"a data spec must be a JSON object, got {type(data).__name__}")
+        known = [f.name for f in fields(cls)]
+        extra = sorted(set(data) - set(known))
+        if extra:
+            raise FedleakError(f"unknown data spec field(s) {extra}; allowed: {known}")
+        missing = [k for k in ("name", "shape", "num_classes", "mean", "std") if k not in data]
+        if missing:
+            raise FedleakError(f"data spec is missing {', '.join(map(repr, missing))}")
         return cls(**data)
 
 
@@ -140,16 +194,22 @@ class Protocol:
     train_mode: bool = True
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
+        if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
             raise FedleakError(f"unknown algorithm {self.algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
-        if int(self.epochs) != self.epochs or self.epochs < 1:
-            raise FedleakError(f"epochs must be a positive integer, got {self.epochs}")
-        if self.batch_size is not None and (int(self.batch_size) != self.batch_size or self.batch_size < 1):
-            raise FedleakError(f"batch_size must be a positive integer or None, got {self.batch_size}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise FedleakError(f"lr must be a positive finite number, got {self.lr}")
+        if not _is_int(self.epochs) or not 1 <= self.epochs <= MAX_EPOCHS:
+            raise FedleakError(f"epochs must be an integer from 1 to {MAX_EPOCHS}, got {self.epochs!r}")
+        if self.batch_size is not None and (not _is_int(self.batch_size) or not 1 <= self.batch_size <= MAX_SAMPLES):
+            raise FedleakError(f"batch_size must be a positive integer or null, got {self.batch_size!r}")
+        if not (_is_real(self.lr) and self.lr > 0):
+            raise FedleakError(f"lr must be a positive finite number, got {self.lr!r}")
+        if not isinstance(self.reshuffle, bool):
+            raise FedleakError(f"reshuffle must be true or false, got {self.reshuffle!r}")
         if not isinstance(self.train_mode, bool):
             raise FedleakError(f"train_mode must be true or false, got {self.train_mode!r}")
+        object.__setattr__(self, "epochs", int(self.epochs))
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", int(self.batch_size))
+        object.__setattr__(self, "lr", float(self.lr))
 
     def batch_size_for(self, num_samples: int) -> int:
         if self.algorithm == "fedsgd" or self.batch_size is None:
@@ -171,6 +231,8 @@ class Protocol:
 
     @classmethod
     def from_json(cls, data: dict) -> "Protocol":
+        if not isinstance(data, dict):
+            raise FedleakError(f"a protocol must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         extra = set(data) - known
         if extra:
@@ -210,12 +272,37 @@ def _load_tensors(path: Path) -> dict[str, Params]:
 
 
 def _read_json(path: Path) -> dict:
+    """A JSON object from ``path``; missing, non-UTF-8, malformed or non-object files are errors."""
     if not path.is_file():
         raise FedleakError(f"missing file {path}")
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise FedleakError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise FedleakError(f"corrupt JSON file {path}: {exc}") from None
+    except OSError as exc:
+        raise FedleakError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise FedleakError(f"{path} must hold a JSON object, got a JSON {type(data).__name__}")
+    return data
+
+
+def _check_tensors(group: str, tensors: object, floating: bool = True) -> None:
+    """Tensors of an update: a name → tensor mapping, floating point (when asked) and finite."""
+    if not isinstance(tensors, dict):
+        raise FedleakError(f"update {group} must map parameter names to tensors, got {type(tensors).__name__}")
+    for name, tensor in tensors.items():
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+            raise FedleakError(f"update {group}: {name!r} must be a tensor named by a string, "
+                               f"got {type(tensor).__name__}")
+        if not tensor.is_floating_point():
+            if floating:
+                raise FedleakError(f"update {group} tensor {name!r} has dtype {str(tensor.dtype).replace('torch.', '')}; "
+                                   "only floating-point tensors are allowed")
+            continue
+        if not bool(torch.isfinite(tensor).all()):
+            raise FedleakError(f"update {group} tensor {name!r} holds non-finite values (NaN or Inf)")
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -255,9 +342,18 @@ class Update:
     metadata: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.protocol, Protocol):
+            raise FedleakError(f"Update.protocol must be a fedleak Protocol, got {type(self.protocol).__name__}")
+        if not _is_int(self.num_samples) or not 1 <= self.num_samples <= MAX_SAMPLES:
+            raise FedleakError(f"num_samples must be an integer from 1 to {MAX_SAMPLES}, got {self.num_samples!r}")
+        if not isinstance(self.metadata, dict):
+            raise FedleakError(f"Update.metadata must be a mapping, got {type(self.metadata).__name__}")
         if (self.client_params is None) == (self.gradient is None):
             raise FedleakError("an Update holds exactly one of client_params (FedAvg) or gradient (FedSGD)")
         result = self.client_params if self.client_params is not None else self.gradient
+        _check_tensors("server parameters", self.server_params)
+        _check_tensors("client parameters" if self.client_params is not None else "gradient", result)
+        _check_tensors("buffers", self.buffers if self.buffers is not None else {}, floating=False)
         if set(result) != set(self.server_params):
             missing = sorted(set(self.server_params) - set(result))
             extra = sorted(set(result) - set(self.server_params))
@@ -268,8 +364,6 @@ class Update:
                     f"update tensor {name!r} has shape {tuple(tensor.shape)}, "
                     f"server parameter has {tuple(self.server_params[name].shape)}"
                 )
-        if int(self.num_samples) < 1:
-            raise FedleakError(f"num_samples must be positive, got {self.num_samples}")
 
     @property
     def is_fedsgd(self) -> bool:
@@ -331,15 +425,38 @@ class Update:
         meta = _read_json(directory / "update.json")
         if meta.get("format") != "fedleak.update/1":
             raise FedleakError(f"{directory / 'update.json'} is not a fedleak update (format {meta.get('format')!r})")
+        where = directory / "update.json"
+        for key in ("protocol", "num_samples"):
+            if key not in meta:
+                raise FedleakError(f"{where} is missing {key!r}")
+        try:
+            protocol = Protocol.from_json(meta["protocol"])
+        except FedleakError as exc:
+            raise FedleakError(f"{where}: protocol: {exc}") from None
+        if not _is_int(meta["num_samples"]):
+            raise FedleakError(f"{where}: num_samples must be an integer, got {meta['num_samples']!r}")
+        metadata = meta.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise FedleakError(f"{where}: metadata must be a JSON object, got {type(metadata).__name__}")
+        if "spec" in metadata:  # checked here so `fedleak attack` fails before building a model
+            try:
+                DataSpec.from_json(metadata["spec"])
+            except (FedleakError, TypeError) as exc:
+                raise FedleakError(f"{where}: metadata.spec: {exc}") from None
         groups = _load_tensors(directory / "update.safetensors")
         if "server" not in groups:
             raise FedleakError(f"{directory / 'update.safetensors'} holds no server parameters")
-        return cls(
-            server_params=groups["server"], protocol=Protocol.from_json(meta["protocol"]),
-            num_samples=int(meta["num_samples"]), client_params=groups.get("client"),
-            gradient=groups.get("gradient"), buffers=groups.get("buffers", {}),
-            metadata=meta.get("metadata", {}),
-        )
+        extra = sorted(set(groups) - {"server", "client", "gradient", "buffers"})
+        if extra:
+            raise FedleakError(f"{directory / 'update.safetensors'} holds unknown tensor group(s) {extra}")
+        try:
+            return cls(
+                server_params=groups["server"], protocol=protocol, num_samples=meta["num_samples"],
+                client_params=groups.get("client"), gradient=groups.get("gradient"),
+                buffers=groups.get("buffers", {}), metadata=metadata,
+            )
+        except FedleakError as exc:
+            raise FedleakError(f"{directory}: {exc}") from None
 
 
 @dataclass
