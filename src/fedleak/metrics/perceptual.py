@@ -211,6 +211,13 @@ def convert_lpips_weights(sources: Iterable, out) -> Path:
     safetensors file LPIPS loads, e.g. ``convert_lpips_weights(["alexnet-owt-7be5be79.pth",
     "alex.pth"], "lpips_alex.safetensors")``. Never downloads; raises :class:`FedleakError` if a
     weight is missing or misshapen.
+
+    This is the only place fedleak reads a torch pickle, and only because the published AlexNet
+    and LPIPS weights exist only as ``.pth`` files. It reads them with ``torch.load(...,
+    weights_only=True)``: torch's restricted unpickler, which rebuilds tensors and plain
+    containers and refuses every other global, so a crafted file cannot run code (a refused file
+    is a :class:`FedleakError`). It runs once, on files the user names; LPIPS itself (and
+    everything else fedleak loads) reads safetensors and JSON only.
     """
     from safetensors.torch import load_file, save_file
 
@@ -225,11 +232,13 @@ def convert_lpips_weights(sources: Iterable, out) -> Path:
             if src.suffix == ".safetensors":
                 tensors = load_file(str(src))
             else:
+                # weights_only=True: tensors and containers only, never arbitrary objects (see docstring)
                 tensors = torch.load(str(src), map_location="cpu", weights_only=True)
                 if isinstance(tensors, dict) and "state_dict" in tensors:
                     tensors = tensors["state_dict"]
-        except Exception as exc:
-            raise FedleakError(f"cannot read weights file {src}: {exc}") from None
+        except Exception as exc:  # refused pickles land here too (UnpicklingError)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise FedleakError(f"cannot read weights file {src}: {first}") from None
         if not isinstance(tensors, dict):
             raise FedleakError(f"{src} does not hold a state dict")
         merged.update({k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)})
