@@ -360,7 +360,11 @@ def parse_yaml(text: bytes, source: str):
             line = decoded[:exc.position].count("\n") + 1
         else:
             line = mark.line + 1 if mark is not None else "?"
-        raise FedleakError(f"{source} is not valid YAML: line {line}: {' '.join(str(problem).split())}") from None
+        where = ""
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and context_mark is not None and context_mark.line + 1 != line:
+            where = f" ({' '.join(str(context).split())} started on line {context_mark.line + 1})"
+        raise FedleakError(f"{source} is not valid YAML: line {line}: {' '.join(str(problem).split())}{where}") from None
 
 
 def load_config(path) -> ExperimentConfig:

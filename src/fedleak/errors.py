@@ -46,8 +46,8 @@ def check_int(value: object, what: str, minimum: int = 0, maximum: "int | None" 
         else:
             raise FedleakError(f"{what} must be an integer, got {value!r}")
     if value < minimum or (maximum is not None and value > maximum):
-        upper = f" and at most {maximum}" if maximum is not None else ""
-        raise FedleakError(f"{what} must be at least {minimum}{upper}, got {value!r}")
+        span = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+        raise FedleakError(f"{what} must be an integer {span}, got {value!r}")
     return int(value)
 
 

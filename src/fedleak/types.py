@@ -11,16 +11,20 @@
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
 from .errors import FedleakError
+from .storage import check_tensors as _check_tensors
+from .storage import load_tensors as _load_tensors
+from .storage import read_json as _read_json
+from .storage import save_tensors as _save_tensors
+from .storage import write_json as _write_json
 
 Params = dict[str, torch.Tensor]
 
@@ -238,87 +242,6 @@ class Protocol:
         if extra:
             raise FedleakError(f"unknown protocol field(s) {sorted(extra)}; allowed: {sorted(known)}")
         return cls(**data)
-
-
-# ----------------------------------------------------------------------------------------------
-# safetensors + JSON storage
-
-
-def _save_tensors(path: Path, groups: dict[str, Optional[Params]]) -> None:
-    from safetensors.torch import save_file
-
-    flat: dict[str, torch.Tensor] = {}
-    for group, tensors in groups.items():
-        for name, tensor in (tensors or {}).items():
-            flat[f"{group}/{name}"] = tensor.detach().cpu().contiguous()
-    save_file(flat, str(path))
-
-
-def _load_tensors(path: Path) -> dict[str, Params]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    if not path.is_file():
-        raise FedleakError(f"missing file {path}")
-    try:
-        flat = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FedleakError(f"corrupt safetensors file {path}: {exc}") from None
-    groups: dict[str, Params] = {}
-    for key, tensor in flat.items():
-        group, _, name = key.partition("/")
-        groups.setdefault(group, {})[name] = tensor
-    return groups
-
-
-def _read_json(path: Path) -> dict:
-    """A JSON object from ``path``; missing, non-UTF-8, malformed or non-object files are errors."""
-    if not path.is_file():
-        raise FedleakError(f"missing file {path}")
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise FedleakError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise FedleakError(f"corrupt JSON file {path}: {exc}") from None
-    except OSError as exc:
-        raise FedleakError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise FedleakError(f"{path} must hold a JSON object, got a JSON {type(data).__name__}")
-    return data
-
-
-def _check_tensors(group: str, tensors: object, floating: bool = True) -> None:
-    """Tensors of an update: a name → tensor mapping, floating point (when asked) and finite."""
-    if not isinstance(tensors, dict):
-        raise FedleakError(f"update {group} must map parameter names to tensors, got {type(tensors).__name__}")
-    for name, tensor in tensors.items():
-        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
-            raise FedleakError(f"update {group}: {name!r} must be a tensor named by a string, "
-                               f"got {type(tensor).__name__}")
-        if not tensor.is_floating_point():
-            if floating:
-                raise FedleakError(f"update {group} tensor {name!r} has dtype {str(tensor.dtype).replace('torch.', '')}; "
-                                   "only floating-point tensors are allowed")
-            continue
-        if not bool(torch.isfinite(tensor).all()):
-            raise FedleakError(f"update {group} tensor {name!r} holds non-finite values (NaN or Inf)")
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default))
-    tmp.replace(path)
-
-
-def _json_default(obj: Any):
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    if hasattr(obj, "item"):
-        return obj.item()
-    raise TypeError(f"cannot store {type(obj).__name__} in JSON")
 
 
 @dataclass
