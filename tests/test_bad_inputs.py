@@ -340,6 +340,7 @@ YAML_CASES = [
     ("nul", b"name: x\x00\n", "line 1"),
     ("duplicate-key", b"name: a\nname: b\n", "duplicate key 'name'"),
     ("duplicate-variant", b"variants:\n  ig: {attack: idlg}\n  ig: {attack: dlg}\n", "duplicate key 'ig'"),
+    ("python-tag", b"name: !!python/object/apply:os.system [touch pwned]\n", "constructor"),
     ("list", b"- 1\n- 2\n", "mapping"),
     ("empty", b"", "mapping"),
     ("scalar", b"just text\n", "mapping"),
@@ -353,6 +354,11 @@ def test_bad_yaml_files(tmp_path, capsys, name, text, expect):
     run_cli(tmp_path, capsys, ["run", path, "--out", tmp_path / "out"], expect)
     with pytest.raises(FedleakError):
         parse_config(parse_yaml(text, "exp.yaml"), "exp.yaml")
+
+
+def test_yaml_merge_keys_may_be_overridden():
+    """Duplicate keys are refused, but a key overriding a `<<: *anchor` merge is not a duplicate."""
+    assert parse_yaml(b"base: &b {x: 1, y: 2}\nv:\n  <<: *b\n  x: 3\n", "a.yaml")["v"] == {"x": 3, "y": 2}
 
 
 def test_quick_is_checked_at_load_and_applies_cleanly():

@@ -280,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedleak", description="Measure how much private data leaks from "
                      "federated learning client updates.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    parser.add_argument("--threads", type=_int_type(1, 1024), help="CPU threads for torch (default: torch's; audit: 1, which is "
+    parser.add_argument("--threads", type=_int_type(1, 1024),
+                        help="CPU threads for torch (default: torch's; audit: 1, which is "
                         "fastest for its small models and robust on a busy machine)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     # `--debug` is accepted after the command too (`fedleak run x.yaml --debug`)
@@ -337,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", help="preset name (see `fedleak presets`)")
     p.add_argument("--data-root", help="folder with the dataset files")
     p.add_argument("--clients", type=_int_type(1, MAX_CLIENTS), help="number of clients to attack")
-    p.add_argument("--first-client", type=_int_type(0, MAX_CLIENTS - 1), help="attack clients from this index of the fixed order on "
+    p.add_argument("--first-client", type=_int_type(0, MAX_CLIENTS - 1),
+                   help="attack clients from this index of the fixed order on "
                    "(default 0; split a long run across machines into one output folder)")
     p.add_argument("--variants", help="comma-separated subset of variants")
     p.add_argument("--settings", help="comma-separated subset of settings")

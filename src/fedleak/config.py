@@ -333,6 +333,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden by own keys
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
@@ -352,7 +354,7 @@ def parse_yaml(text: bytes, source: str):
         line = text[:exc.start].count(b"\n") + 1
         raise FedleakError(f"{source} is not UTF-8 text (line {line}, byte {exc.start}); is it a YAML file?") from None
     try:
-        return yaml.load(decoded, Loader=_UniqueKeyLoader)
+        return yaml.load(decoded, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or type(exc).__name__
@@ -364,7 +366,8 @@ def parse_yaml(text: bytes, source: str):
         context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
         if context and context_mark is not None and context_mark.line + 1 != line:
             where = f" ({' '.join(str(context).split())} started on line {context_mark.line + 1})"
-        raise FedleakError(f"{source} is not valid YAML: line {line}: {' '.join(str(problem).split())}{where}") from None
+        problem = " ".join(str(problem).split())
+        raise FedleakError(f"{source} is not valid YAML: line {line}: {problem}{where}") from None
 
 
 def load_config(path) -> ExperimentConfig:

@@ -73,7 +73,8 @@ def check_tensors(group: str, tensors: object, floating: bool = True) -> None:
                                f"got {type(tensor).__name__}")
         if not tensor.is_floating_point():
             if floating:
-                raise FedleakError(f"update {group} tensor {name!r} has dtype {str(tensor.dtype).replace('torch.', '')}; "
+                dtype = str(tensor.dtype).replace("torch.", "")
+                raise FedleakError(f"update {group} tensor {name!r} has dtype {dtype}; "
                                    "only floating-point tensors are allowed")
             continue
         if not bool(torch.isfinite(tensor).all()):
