@@ -459,6 +459,8 @@ DATA_CASES = [
     ("imagefolder-empty", lambda t: ((t / "i").mkdir(), dict(name="imagefolder", root=t / "i"))[1], "i"),
     ("num-clients-string", lambda t: dict(name="digits", num_clients="many"), "num_clients"),
     ("samples-zero", lambda t: dict(name="digits", samples_per_client=0), "samples_per_client"),
+    ("num-clients-1e20", lambda t: dict(name="digits", num_clients=10 ** 20), "num_clients"),
+    ("samples-1e12", lambda t: dict(name="digits", samples_per_client=10 ** 12), "samples_per_client"),
     ("unknown-option", lambda t: dict(name="digits", colour="red"), "colour"),
 ]
 

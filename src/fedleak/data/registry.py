@@ -59,9 +59,16 @@ def spec_for(name: str, root=None, split: str = "train", **options) -> DataSpec:
     return imagefolder.spec(root, split, **{k: v for k, v in options.items() if k in imagefolder.OPTIONS})
 
 
-def _integer(value, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise FedleakError(f"{what} must be an integer >= {minimum}, got {value!r}")
+#: Upper bounds that stop absurd sizes (``num_clients=10**20``) before any memory is spent.
+MAX_CLIENTS = 200_000  # first_client + num_clients of an experiment (each at most 100000)
+MAX_SAMPLES_PER_CLIENT = 1_000_000
+
+
+def _integer(value, what: str, minimum: int, maximum: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum \
+            or (maximum is not None and value > maximum):
+        bound = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+        raise FedleakError(f"{what} must be an integer {bound}, got {value!r}")
     return int(value)
 
 
@@ -76,9 +83,9 @@ def load(name: str, root=None, num_clients: int = 10, samples_per_client: Option
     ``image_size``, ``channels``, ``mean``, ``std``) are listed in each loader's docstring.
     """
     key = canonical(name)
-    num_clients = _integer(num_clients, "num_clients", 1)
+    num_clients = _integer(num_clients, "num_clients", 1, MAX_CLIENTS)
     if samples_per_client is not None:
-        samples_per_client = _integer(samples_per_client, "samples_per_client (or None)", 1)
+        samples_per_client = _integer(samples_per_client, "samples_per_client (or None)", 1, MAX_SAMPLES_PER_CLIENT)
     seed = _integer(seed, "seed", 0)
     if key == "femnist":
         return leaf.load(root, num_clients, samples_per_client, seed, split, **options)
