@@ -4,7 +4,9 @@
 cases produced *before* the speed changes (backward only to the attack's variables, no update
 after the last local step, the pseudo-gradient as one difference θˢ − θᶜ, the observed norm of the
 cosine distance computed once, no per-call buffer copies). The tolerances allow float reordering
-(~1e-4 relative after dozens of signed-Adam steps) but catch any change of behaviour.
+(~1e-4 relative after dozens of signed-Adam steps) but catch any change of behaviour. AWA's
+enhanced-layer subset is a discrete choice from element-wise relative errors that float
+reordering can flip, so its case refreshes the subset once (at the first call) only.
 
 Re-record (only when a behaviour change is intended):
 ``PYTHONPATH=src python tests/test_speed_equivalence.py --record``.
@@ -72,7 +74,7 @@ CASES = {
     "agic": lambda **kw: _run("agic", Protocol("fedavg", epochs=1, batch_size=1, lr=0.05), 2, batchnorm=False,
                               iterations=24, log_every=1, **kw),
     "awa": lambda **kw: _run("awa", Protocol("fedavg", epochs=2, batch_size=1, lr=0.05), 2, bayes_trials=0,
-                             iterations=24, log_every=1, enhance_every=5, **kw),
+                             iterations=24, log_every=1, enhance_every=100, **kw),
 }
 #: options of every simulation-based case (checkpoint_every must not change them either)
 SIMULATION_CASES = ("ig_fedavg", "dimitrov", "awa")
