@@ -28,7 +28,8 @@ alternate fedleak and reference so load changes hit both alike.
         [--src DIR] [--label after] [--out benchmarks/results/speed.json]
 
 ``--src`` benchmarks another copy of fedleak's sources (e.g. ``git archive`` of an older commit) for a
-before/after comparison; results are merged into ``--out`` under ``--label``.
+before/after comparison; results are merged into ``--out`` under ``--label`` (case by case, so
+cases of one label may come from several invocations, e.g. alternating before/after per case).
 """
 
 from __future__ import annotations
@@ -295,12 +296,13 @@ def main() -> None:
               f"{r['percent_of_matmul_peak']:.0f} % of peak, {r['peak_rss_mib']:.0f} MiB RSS{extra}", flush=True)
     out = Path(args.out)
     payload = json.loads(out.read_text()) if out.exists() else {}
+    previous = payload.get(args.label, {}).get("results", {})
     payload[args.label] = {
         "benchmark": "attack seconds / FLOPs per iteration (issue #11)", "src": args.src,
         "machine": platform.machine(), "processor": platform.processor(), "torch": torch.__version__,
         "threads": 1, "load_average_before": load_before, "load_average": list(os.getloadavg()),
         "matmul_peak_gflops": peak,
-        "iterations_per_round": args.iterations, "rounds": args.rounds, "results": results,
+        "iterations_per_round": args.iterations, "rounds": args.rounds, "results": {**previous, **results},
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
