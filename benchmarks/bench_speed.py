@@ -11,7 +11,8 @@ Cases (1 thread each, every case in its own process so that its peak RSS is its 
 * ``dimitrov_E10_m1_ckpt`` — the same with ``checkpoint_every`` = 22 (≈ √500).
 
 For each: seconds per iteration (median over interleaved rounds, taken between the loop's own
-per-step progress callbacks, so label inference and setup are excluded), FLOPs per iteration
+per-step progress callbacks, so label inference and setup are excluded; CPU seconds of the one
+thread, which a loaded shared machine disturbs far less than wall seconds, also recorded), FLOPs per iteration
 (:class:`torch.utils.flop_counter.FlopCounterMode`: a run of 2 iterations minus a run of 1),
 achieved GFLOP/s, % of this machine's float32 matmul peak (1 thread, best of several 1024³
 products measured in every round next to the attack, so that both see the same load) and the
@@ -183,12 +184,21 @@ def _case_setup(case: str):
     return "dimitrov", spec, model, clients[0], protocol, options, None
 
 
-def _timed_attack(fedleak, name, options, update, model, spec, iterations: int) -> float:
-    """Median seconds between consecutive per-step callbacks of the attack's loop."""
+def _stamp() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+def _median_intervals(stamps) -> tuple[float, float]:
+    """Median CPU and wall seconds between consecutive stamps."""
+    return tuple(statistics.median(b[i] - a[i] for a, b in zip(stamps, stamps[1:])) for i in (0, 1))
+
+
+def _timed_attack(fedleak, name, options, update, model, spec, iterations: int) -> tuple[float, float]:
+    """Median (CPU, wall) seconds between consecutive per-step callbacks of the attack's loop."""
     stamps = []
-    with fedleak.attacks.optimize.progress_reporter(lambda step, total, loss: stamps.append(time.perf_counter())):
+    with fedleak.attacks.optimize.progress_reporter(lambda step, total, loss: stamps.append(_stamp())):
         fedleak.attacks.build(name, iterations=iterations + 1, log_every=1, **options).reconstruct(update, model, spec)
-    return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
+    return _median_intervals(stamps)
 
 
 def _flops(fn) -> int:
@@ -225,16 +235,19 @@ def run_case(case: str, iterations: int, rounds: int) -> dict:
         peaks.append(matmul_peak_gflops(repeats=6))
         ours.append(_timed_attack(fedleak, name, options, update, model, spec, iterations))
         if ref is not None:
-            stamps = [time.perf_counter()]
+            stamps = [_stamp()]
             for _ in range(iterations):
                 ref.iteration()
-                stamps.append(time.perf_counter())
-            theirs.append(statistics.median(b - a for a, b in zip(stamps, stamps[1:])))
-    result["seconds_per_iteration"] = statistics.median(ours)
-    result["seconds_per_iteration_rounds"] = ours
+                stamps.append(_stamp())
+            theirs.append(_median_intervals(stamps))
+    # CPU seconds of the one thread: on a shared machine they vary far less than wall time
+    result["seconds_per_iteration"] = statistics.median(c for c, _ in ours)
+    result["wall_seconds_per_iteration"] = statistics.median(w for _, w in ours)
+    result["seconds_per_iteration_rounds"] = [c for c, _ in ours]
     if ref is not None:
-        result["reference_seconds_per_iteration"] = statistics.median(theirs)
-        result["reference_seconds_per_iteration_rounds"] = theirs
+        result["reference_seconds_per_iteration"] = statistics.median(c for c, _ in theirs)
+        result["reference_wall_seconds_per_iteration"] = statistics.median(w for _, w in theirs)
+        result["reference_seconds_per_iteration_rounds"] = [c for c, _ in theirs]
         result["speed_vs_reference"] = result["reference_seconds_per_iteration"] / result["seconds_per_iteration"]
     result["gflops_per_second"] = flops / 1e9 / result["seconds_per_iteration"]
     result["matmul_peak_gflops_in_run"] = max(peaks)
@@ -248,9 +261,9 @@ def matmul_peak_gflops(size: int = 1024, repeats: int = 12) -> float:
     a, b = torch.randn(size, size), torch.randn(size, size)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return 2 * size ** 3 / best / 1e9
 
 
