@@ -39,7 +39,7 @@ from .base import Attack, AttackOptions, auto_label_strategy, register
 from .gradient_inversion import GradientInversion
 from .labels import LABEL_STRATEGIES, resolve_labels
 from .layer_weights import AGIC_SHAPES, BN_POLICIES, agic_layer_weights
-from .losses import total_variation, update_distance
+from .losses import UpdateDistance, total_variation
 from .matching import INITS, MatchingProblem, box_projection, initial_inputs, solve
 from .optimize import OptimizerConfig, optimize
 from .targets import gradient_target
@@ -208,7 +208,8 @@ class Agic(Attack):
             observed, simulate, n = gradient_target(u, model)
             index = torch.tensor([chain_of[(k, j)] for j in range(n)], device=first.device)
             gamma = o.gamma_first if epoch_of[k] == order[0] else o.gamma_rest
-            parts.append((observed, simulate, index, pre[k].labels, self.layer_weights(u, model, observed), gamma))
+            distance = UpdateDistance(observed, "cosine", self.layer_weights(u, model, observed))
+            parts.append((distance, simulate, index, pre[k].labels, gamma))
         generator = torch.Generator(device=first.device)
         generator.manual_seed(int(o.seed))
         if o.joint_init == "pre":
@@ -219,10 +220,9 @@ class Agic(Attack):
 
         def objective(step: int) -> torch.Tensor:
             loss = inputs.new_zeros(())
-            for observed, simulate, index, labels, weights, gamma in parts:
+            for distance, simulate, index, labels, gamma in parts:
                 if gamma:
-                    simulated = simulate(inputs.index_select(0, index), labels)
-                    loss = loss + gamma * update_distance(observed, simulated, "cosine", weights)
+                    loss = loss + gamma * distance(simulate(inputs.index_select(0, index), labels))
             if o.tv:
                 loss = loss + o.tv * total_variation(inputs)
             return loss

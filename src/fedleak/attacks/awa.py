@@ -95,6 +95,7 @@ class AwaOptions(AttackOptions):
     init: str = "randn"
     labels: str = "auto"
     log_every: int = 10
+    checkpoint_every: int = 0  # activation checkpointing of the simulated local steps every k steps (0: off)
 
 
 class Awa(Attack):
@@ -105,7 +106,7 @@ class Awa(Attack):
 
     choices = {"target": TARGETS, "distance": DISTANCES, "labels": ("auto", *LABEL_STRATEGIES), "init": INITS}
     positive = ("enhance_every",)
-    non_negative = ("bayes_trials", "bayes_initial", "bayes_iterations", "iterations")
+    non_negative = ("bayes_trials", "bayes_initial", "bayes_iterations", "iterations", "checkpoint_every")
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
@@ -132,8 +133,8 @@ class Awa(Attack):
         if kind == "auto":
             kind = "interpolated" if (scenario == 4 and update.protocol.reshuffle) else "simulation"
         if kind == "interpolated":
-            return kind, interpolated_epoch_target(update, model, o.epoch)
-        return kind, simulation_target(update, model, per_epoch_inputs=False)
+            return kind, interpolated_epoch_target(update, model, o.epoch, o.checkpoint_every)
+        return kind, simulation_target(update, model, per_epoch_inputs=False, checkpoint_every=o.checkpoint_every)
 
     def _solve(self, theta: dict, observed: Params, simulate: Callable, n: int, labels, model: nn.Module,
                spec: DataSpec, iterations: int) -> tuple[MatchingResult, EnhancedWeights]:

@@ -124,6 +124,7 @@ class FedAvgLeakageOptions(AttackOptions):
     match_epochs: bool = True
     hyperparameters: str = "auto"
     log_every: int = 10
+    checkpoint_every: int = 0      # activation checkpointing of the unrolled steps every k steps (0: off)
 
 
 def dataset_family(spec: DataSpec, choice: str = "auto") -> str:
@@ -218,7 +219,8 @@ class FedAvgLeakage(Attack):
                "layer_weights": LAYER_WEIGHTS, "hyperparameters": HYPERPARAMETERS, "distance": DISTANCES,
                "init": INITS, "label_mode": RECLABEL_MODES, "label_rounding": ROUNDINGS,
                "prior": ("auto", "none", *EPOCH_PRIORS)}
-    non_negative = ("reg_inv", "tv", "clip", "lr", "decay", "fac_start", "distance_scale", "iterations")
+    non_negative = ("reg_inv", "tv", "clip", "lr", "decay", "fac_start", "distance_scale", "iterations",
+                    "checkpoint_every")
     positive = ("decay_interval", "restarts", "label_samples", "conv_channels", "fac_steps", "fac_target")
 
     def __init__(self, **options) -> None:
@@ -293,15 +295,17 @@ class FedAvgLeakage(Attack):
         schedule = None
         if per_epoch:
             sim_labels = torch.cat(sequences) if sequences is not None else base
-            observed, simulate, num_inputs = simulation_target(update, model, per_epoch_inputs=True)
+            observed, simulate, num_inputs = simulation_target(update, model, per_epoch_inputs=True,
+                                                                   checkpoint_every=o.checkpoint_every)
         elif o.simulation == "shared":
             sim_labels = base
             if sequences is not None:
                 schedule = label_consistent_schedule(base, sequences, batch_size)
-            observed, simulate, num_inputs = simulation_target(update, model, per_epoch_inputs=False, schedule=schedule)
+            observed, simulate, num_inputs = simulation_target(update, model, per_epoch_inputs=False, schedule=schedule,
+                                                                   checkpoint_every=o.checkpoint_every)
         elif o.simulation == "epoch-gradient":
             sim_labels = base
-            observed, simulate, num_inputs = epoch_gradient_target(update, model)
+            observed, simulate, num_inputs = epoch_gradient_target(update, model, o.checkpoint_every)
         else:
             sim_labels = base
             observed, simulate, num_inputs = gradient_target(update, model)

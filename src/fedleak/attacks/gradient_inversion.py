@@ -49,6 +49,7 @@ class GradientInversionOptions(AttackOptions):
     target: str = "auto"
     log_every: int = 10
     stop_loss: float = 0.0
+    checkpoint_every: int = 0  # simulation target: activation checkpointing every k local steps (0: off)
 
 
 class GradientInversion(Attack):
@@ -58,6 +59,7 @@ class GradientInversion(Attack):
     name = "gradient-inversion"
 
     choices = {"distance": DISTANCES, "target": TARGETS, "labels": ("auto", *LABEL_STRATEGIES), "init": INITS}
+    non_negative = ("checkpoint_every",)
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
@@ -72,7 +74,8 @@ class GradientInversion(Attack):
         labels = resolve_labels(strategy, update, model, spec, seed=o.seed)
         use_simulation = o.target == "simulation" or (o.target == "auto" and not update.is_fedsgd)
         if use_simulation:
-            observed, simulate, n = simulation_target(update, model, per_epoch_inputs=False)
+            observed, simulate, n = simulation_target(update, model, per_epoch_inputs=False,
+                                                     checkpoint_every=o.checkpoint_every)
         else:
             observed, simulate, n = gradient_target(update, model, scale=1.0 if update.is_fedsgd else None)
         problem = MatchingProblem(observed, simulate, n, labels, distance=o.distance,

@@ -33,18 +33,43 @@ DISTANCES = ("l2", "l1", "cosine")
 def update_distance(a: Params, b: Params, kind: str = "l2", weights: Optional[Mapping[str, float]] = None,
                     names=None) -> torch.Tensor:
     """Distance between two parameter dicts over ``names`` (default: all keys of ``a``)."""
-    names = list(a) if names is None else list(names)
-    w = weights or {}
-    if kind == "l2":
-        return sum(w.get(n, 1.0) * (a[n] - b[n]).pow(2).sum() for n in names)
-    if kind == "l1":
-        return sum(w.get(n, 1.0) * (a[n] - b[n]).abs().sum() for n in names)
-    if kind == "cosine":
+    return UpdateDistance(a, kind, weights, names)(b)
+
+
+class UpdateDistance:
+    """``update_distance(observed, ·)`` for a fixed observed update, its constants computed once.
+
+    An attack calls it every iteration with the simulated update; the observed side's weighted
+    norm √Σ ω_l‖a_l‖² of the cosine distance does not change, so it is computed here, not per call
+    (when ``weights`` is a plain dict or ``None``; weights that change during the attack, such as
+    AWA's enhanced weights, are read on every call).
+    """
+
+    def __init__(self, observed: Params, kind: str = "l2", weights: Optional[Mapping[str, float]] = None,
+                 names=None) -> None:
+        if kind not in DISTANCES:
+            raise FedleakError(f"unknown distance {kind!r}; allowed: {', '.join(DISTANCES)}")
+        self.observed, self.kind = observed, kind
+        self.names = list(observed) if names is None else list(names)
+        self.static = weights is None or type(weights) is dict
+        self.weights = dict(weights or {}) if self.static else weights
+        self._observed_norm = None
+        if kind == "cosine" and self.static:
+            with torch.no_grad():
+                self._observed_norm = self._norm(observed, self.weights).sqrt()
+
+    def _norm(self, params: Params, w: Mapping[str, float]) -> torch.Tensor:
+        return sum(w.get(n, 1.0) * params[n].pow(2).sum() for n in self.names)
+
+    def __call__(self, simulated: Params) -> torch.Tensor:
+        a, b, w, names = self.observed, simulated, self.weights, self.names
+        if self.kind == "l2":
+            return sum(w.get(n, 1.0) * (a[n] - b[n]).pow(2).sum() for n in names)
+        if self.kind == "l1":
+            return sum(w.get(n, 1.0) * (a[n] - b[n]).abs().sum() for n in names)
         dot = sum(w.get(n, 1.0) * (a[n] * b[n]).sum() for n in names)
-        na = sum(w.get(n, 1.0) * a[n].pow(2).sum() for n in names)
-        nb = sum(w.get(n, 1.0) * b[n].pow(2).sum() for n in names)
-        return 1 - dot / (na.sqrt() * nb.sqrt() + 1e-12)
-    raise FedleakError(f"unknown distance {kind!r}; allowed: {', '.join(DISTANCES)}")
+        norm_a = self._observed_norm if self._observed_norm is not None else self._norm(a, w).sqrt()
+        return 1 - dot / (norm_a * self._norm(b, w).sqrt() + 1e-12)
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 
 from ..errors import FedleakError
 from ..types import DataSpec, Params
-from .losses import update_distance
+from .losses import UpdateDistance
 from .optimize import OptimizerConfig, best_of_restarts, optimize
 
 INITS = ("randn", "rand", "zeros")
@@ -89,6 +89,7 @@ def solve(problem: MatchingProblem, spec: DataSpec, config: OptimizerConfig, *, 
         raise FedleakError("joint label optimization needs num_classes")
     generator = torch.Generator(device=device or "cpu")
     generator.manual_seed(int(seed))
+    distance = UpdateDistance(problem.observed, problem.distance, problem.weights, problem.names)
 
     def attempt(trial: int):
         inputs = initial_inputs((problem.num_inputs, *spec.shape), init, generator, device, dtype).requires_grad_(True)
@@ -104,7 +105,7 @@ def solve(problem: MatchingProblem, spec: DataSpec, config: OptimizerConfig, *, 
 
         def objective(step: int) -> torch.Tensor:
             simulated = problem.simulate(inputs, current_labels())
-            loss = update_distance(problem.observed, simulated, problem.distance, problem.weights, problem.names)
+            loss = distance(simulated)
             if problem.scale is not None:
                 loss = loss * problem.scale(step)
             for weight, prior in problem.priors:

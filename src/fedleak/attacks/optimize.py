@@ -133,7 +133,8 @@ def optimize(
         def closure():
             optimizer.zero_grad(set_to_none=True)
             loss = objective(step)
-            loss.backward()
+            # only the attack's variables: the model weights' gradients would be wasted work
+            loss.backward(inputs=variables)
             if config.signed:
                 for v in variables:
                     if v.grad is not None:

@@ -37,20 +37,25 @@ def gradient_target(update: Update, model: nn.Module, scale: float | None = None
     n = update.num_samples
     scale = float(update.num_steps if scale is None else scale)
 
+    buffers = _scratch(update)
+
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
         batch = [[torch.arange(inputs.shape[0], device=inputs.device)]]
         result = local_training(model, update.server_params, inputs, labels, batch, update.protocol.lr,
-                                buffers=update.buffers, create_graph=True, train_mode=update.protocol.train_mode)
+                                buffers=buffers, private_buffers=True, create_graph=True,
+                                train_mode=update.protocol.train_mode)
         return result.grad_sum if scale == 1.0 else {k: scale * g for k, g in result.grad_sum.items()}
 
     return update.pseudo_gradient(), simulate, n
 
 
-def epoch_gradient_target(update: Update, model: nn.Module) -> tuple[Params, Simulate, int]:
+def epoch_gradient_target(update: Update, model: nn.Module,
+                          checkpoint_every: int = 0) -> tuple[Params, Simulate, int]:
     """E full-batch steps on the same N images, each gradient scaled by ⌈N/m⌉ (``none_epoch``)."""
     n = update.num_samples
     protocol = update.protocol
     per_epoch = protocol.batches_per_epoch(n)
+    buffers = _scratch(update)
 
     def scaled_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return per_epoch * torch.nn.functional.cross_entropy(logits, labels)
@@ -58,39 +63,42 @@ def epoch_gradient_target(update: Update, model: nn.Module) -> tuple[Params, Sim
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
         full = [[torch.arange(n, device=inputs.device)] for _ in range(protocol.local_epochs())]
         return local_training(model, update.server_params, inputs, labels, full, protocol.lr,
-                              buffers=update.buffers, create_graph=True, loss_fn=scaled_loss,
-                              train_mode=protocol.train_mode).grad_sum
+                              buffers=buffers, private_buffers=True, create_graph=True, loss_fn=scaled_loss,
+                              train_mode=protocol.train_mode, checkpoint_every=checkpoint_every).grad_sum
 
     return update.pseudo_gradient(), simulate, n
 
 
 def simulation_target(update: Update, model: nn.Module, per_epoch_inputs: bool,
-                      schedule=None) -> tuple[Params, Simulate, int]:
+                      schedule=None, checkpoint_every: int = 0) -> tuple[Params, Simulate, int]:
     """Unrolled local SGD with the attacker's consecutive batches (Dimitrov et al. SimUpdate).
 
     With ``per_epoch_inputs`` there are E·N dummy images (epoch e uses block e) and a length-N
     label sequence is tiled E times (a length-E·N sequence is used as given: per-epoch labels, the
     known-batch-labels ablation of Table 8); otherwise the same N images serve every epoch (the
     ``shared`` baseline). ``schedule`` (epochs × batches × indices into the dummy inputs) replaces
-    the consecutive batches, e.g. a batch composition the server was told.
+    the consecutive batches, e.g. a batch composition the server was told. ``checkpoint_every``
+    bounds the memory of the unrolled steps (see :func:`fedleak.fl.local_training`).
     """
     n = update.num_samples
     protocol = update.protocol
     epochs = protocol.local_epochs()
     if schedule is None:
         schedule = sequential_schedule(n, protocol, per_epoch_inputs=per_epoch_inputs)
+    buffers = _scratch(update)
 
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
         tile = per_epoch_inputs and labels.shape[0] == n
         tiled = labels.repeat(epochs, *([1] * (labels.dim() - 1))) if tile else labels
-        sched = [[b.to(inputs.device) for b in epoch] for epoch in schedule]
-        return local_training(model, update.server_params, inputs, tiled, sched, protocol.lr,
-                              buffers=update.buffers, create_graph=True, train_mode=update.protocol.train_mode).grad_sum
+        return local_training(model, update.server_params, inputs, tiled, schedule, protocol.lr,
+                              buffers=buffers, private_buffers=True, create_graph=True,
+                              train_mode=protocol.train_mode, checkpoint_every=checkpoint_every).grad_sum
 
     return update.pseudo_gradient(), simulate, n * epochs if per_epoch_inputs else n
 
 
-def interpolated_epoch_target(update: Update, model: nn.Module, epoch: int = 1) -> tuple[Params, Simulate, int]:
+def interpolated_epoch_target(update: Update, model: nn.Module, epoch: int = 1,
+                              checkpoint_every: int = 0) -> tuple[Params, Simulate, int]:
     """AWA's interpolated per-epoch target (Song, Wang, Zuazua 2023, §4.1, Eqs. 19–21).
 
     With E local epochs the intermediate weights are interpolated linearly,
@@ -112,10 +120,18 @@ def interpolated_epoch_target(update: Update, model: nn.Module, epoch: int = 1) 
              for k in update.server_params}
     observed = {k: g / epochs for k, g in update.pseudo_gradient().items()}
     schedule = sequential_schedule(n, protocol, epochs=1)
+    buffers = _scratch(update)
 
     def simulate(inputs: torch.Tensor, labels: torch.Tensor) -> Params:
-        sched = [[b.to(inputs.device) for b in ep] for ep in schedule]
-        return local_training(model, start, inputs, labels, sched, protocol.lr,
-                              buffers=update.buffers, create_graph=True, train_mode=update.protocol.train_mode).grad_sum
+        return local_training(model, start, inputs, labels, schedule, protocol.lr, buffers=buffers,
+                              private_buffers=True, create_graph=True, train_mode=protocol.train_mode,
+                              checkpoint_every=checkpoint_every).grad_sum
 
     return observed, simulate, n
+
+
+def _scratch(update: Update) -> Params:
+    """One private copy of the update's buffers per target, which train-mode BatchNorm may overwrite
+    on every call (its outputs use batch statistics, never the running ones); the update's own
+    buffers stay untouched and nothing is copied per attack iteration."""
+    return {k: v.clone() for k, v in (update.buffers or {}).items()}

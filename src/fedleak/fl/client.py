@@ -10,15 +10,16 @@ The victim and every attacker's simulation call :func:`local_training`:
 
 Each step is plain SGD on the mean cross-entropy of the minibatch, w ← w − η·(1/|b|)·Σ∇ℓ, no
 momentum, no lr decay. The result carries the final weights θᶜ and the summed gradient
-Σ_t g_t = (θˢ − θᶜ)/η (the pseudo-gradient the server computes), accumulated directly so that it
-has no cancellation error. Defenses (:mod:`fedleak.fl.defenses`) act on per-example gradients,
+Σ_t g_t = (θˢ − θᶜ)/η (the pseudo-gradient the server computes, formed as that one difference;
+for a single step, FedSGD, it is the step's gradient and no update is computed). With
+``checkpoint_every`` an attacker's unrolled simulation keeps memory bounded (activation
+checkpointing). Defenses (:mod:`fedleak.fl.defenses`) act on per-example gradients,
 computed with ``torch.func.vmap``.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -66,14 +67,35 @@ def sequential_schedule(num_samples: int, protocol: Protocol, epochs: Optional[i
     return [list((base + (e * num_samples if per_epoch_inputs else 0)).split(size)) for e in range(epochs)]
 
 
-@dataclass
 class LocalResult:
-    """θ after local training, the summed gradient Σ_t g_t, and optionally every step's gradient."""
+    """θ after local training, the summed gradient Σ_t g_t, and optionally every step's gradient.
 
-    params: Params
-    grad_sum: Params
-    num_steps: int
-    step_grads: list[Params] = field(default_factory=list)
+    Both are computed on first use from what the loop kept: with one step the gradient sum *is*
+    the step's gradient and θᶜ = θˢ − η·g is formed only if asked for (FedSGD never asks); with
+    several steps the sum is the one difference (θˢ − θᶜ)/η, the pseudo-gradient the server
+    computes, instead of a running sum carried through every step.
+    """
+
+    def __init__(self, start: Params, lr: float, num_steps: int, step_grads: list[Params], *,
+                 params: Optional[Params] = None, before_last: Optional[Params] = None,
+                 last_grad: Optional[Params] = None) -> None:
+        self._start, self._lr, self._params = start, lr, params
+        self._before_last, self._last_grad = before_last, last_grad
+        self.num_steps = num_steps
+        self.step_grads = step_grads
+
+    @property
+    def params(self) -> Params:
+        if self._params is None:
+            self._params = {k: v - self._lr * self._last_grad[k] for k, v in self._before_last.items()}
+        return self._params
+
+    @property
+    def grad_sum(self) -> Params:
+        if self.num_steps == 1 and self._last_grad is not None:
+            return self._last_grad
+        final = self.params
+        return {k: (self._start[k] - final[k]) / self._lr for k in self._start}
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -110,41 +132,80 @@ def local_training(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
     keep_steps: bool = False,
     train_mode: bool = True,
+    checkpoint_every: int = 0,
+    private_buffers: bool = False,
 ) -> LocalResult:
     """Run local SGD (Alg. 1) from ``params`` over ``schedule``; functional, optionally differentiable.
 
     ``params`` are the starting weights (θˢ, not modified); ``inputs``/``labels`` the data the
     schedule indexes into. With ``create_graph`` the returned weights and gradient sum stay
     connected to ``inputs``/``labels`` (and to ``params`` if they require grad) for attacks that
-    differentiate through the simulation. ``buffers`` (BatchNorm statistics) are copied, never
-    modified in place.
+    differentiate through the simulation. ``buffers`` (BatchNorm statistics) are never modified:
+    in train mode BatchNorm writes its running statistics, so they are copied first unless the
+    caller says they are its own scratch copy (``private_buffers``, e.g. a target that calls this
+    every attack iteration; train-mode outputs never read the running statistics).
+
+    ``checkpoint_every`` = k > 0 (with ``create_graph``) keeps only every k-th step's weights of
+    the unrolled simulation and recomputes a segment's k steps during the backward pass
+    (activation checkpointing, :func:`torch.utils.checkpoint.checkpoint`): memory grows with
+    T/k + k steps instead of T, the result is the same, each backward recomputes the forward once.
     """
     defense = defense if defense is not None else Defense()
-    buffers = {k: v.clone() for k, v in (buffers or {}).items()}
-    names = list(params)
-    current = {k: (v if create_graph else v.detach()) for k, v in params.items()}
-    grad_sum: Optional[Params] = None
-    steps: list[Params] = []
-    count = 0
-    with _mode(model, train_mode):
-        for epoch in schedule:
-            for batch in epoch:
-                batch = batch.to(inputs.device)
-                x, y = inputs.index_select(0, batch), labels.index_select(0, batch)
-                if defense.active:
-                    g = _defended_batch_gradient(model, current, buffers, x, y, loss_fn, defense, generator)
-                else:
-                    g = _batch_gradient(model, current, buffers, x, y, loss_fn, create_graph)
-                current = {k: current[k] - lr * g[k] for k in names}
-                if not create_graph:
-                    current = {k: v.detach() for k, v in current.items()}
-                grad_sum = g if grad_sum is None else {k: grad_sum[k] + g[k] for k in names}
-                if keep_steps:
-                    steps.append(g)
-                count += 1
-    if grad_sum is None:
+    if checkpoint_every < 0 or int(checkpoint_every) != checkpoint_every:
+        raise FedleakError(f"checkpoint_every must be a non-negative integer, got {checkpoint_every!r}")
+    if buffers and train_mode and not private_buffers:
+        buffers = {k: v.clone() for k, v in buffers.items()}
+    buffers = buffers or {}
+    batches = [batch.to(inputs.device) for epoch in schedule for batch in epoch]
+    if not batches:
         raise FedleakError("the batch schedule is empty: no local step was taken")
-    return LocalResult(current, grad_sum, count, steps)
+    start = {k: (v if create_graph else v.detach()) for k, v in params.items()}
+    with _mode(model, train_mode):
+        if create_graph and checkpoint_every and len(batches) > 1:
+            if keep_steps:
+                raise FedleakError("keep_steps cannot be combined with checkpoint_every")
+            final = _checkpointed_steps(model, start, buffers, inputs, labels, batches, lr, loss_fn,
+                                        int(checkpoint_every))
+            return LocalResult(start, lr, len(batches), [], params=final)
+        current, steps = start, []
+        for i, batch in enumerate(batches):
+            x, y = inputs.index_select(0, batch), labels.index_select(0, batch)
+            if defense.active:
+                g = _defended_batch_gradient(model, current, buffers, x, y, loss_fn, defense, generator)
+            else:
+                g = _batch_gradient(model, current, buffers, x, y, loss_fn, create_graph)
+            if keep_steps:
+                steps.append(g)
+            if i == len(batches) - 1:  # the last update is formed only when θᶜ is asked for
+                return LocalResult(start, lr, len(batches), steps, before_last=current, last_grad=g)
+            current = {k: current[k] - lr * g[k] for k in current}
+            if not create_graph:
+                current = {k: v.detach() for k, v in current.items()}
+    raise AssertionError("unreachable")
+
+
+def _checkpointed_steps(model, start: Params, buffers: Params, inputs, labels, batches, lr, loss_fn,
+                        every: int) -> Params:
+    """The unrolled steps in segments of ``every``, each recomputed in the backward pass."""
+    from torch.utils.checkpoint import checkpoint
+
+    names = list(start)
+
+    def segment(chunk, *flat):
+        current = dict(zip(names, flat[:len(names)]))
+        x_all, y_all = flat[len(names)], flat[len(names) + 1]
+        for batch in chunk:
+            x, y = x_all.index_select(0, batch), y_all.index_select(0, batch)
+            g = _batch_gradient(model, current, buffers, x, y, loss_fn, True)
+            current = {k: current[k] - lr * g[k] for k in names}
+        return tuple(current[k] for k in names)
+
+    current = start
+    for first in range(0, len(batches), every):
+        chunk = batches[first:first + every]
+        flat = checkpoint(segment, chunk, *(current[k] for k in names), inputs, labels, use_reentrant=False)
+        current = dict(zip(names, flat))
+    return current
 
 
 def _leaves(current: Params, create_graph: bool) -> Params:
