@@ -91,7 +91,14 @@ def update_from_split(model: nn.Module, server: Params, buffers: Params, returne
                       metadata: Optional[dict] = None) -> Update:
     """:func:`update_from_arrays` with the sent model already split (convert it once per round)."""
     client, _ = split_arrays(model, returned, keys, "arrays the client returned")
-    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, float)) or num_examples < 1 \
+    return update_from_params(server, buffers, client, num_examples, protocol, metadata)
+
+
+def update_from_params(server: Params, buffers: Params, client: Params, num_examples, protocol: Protocol,
+                       metadata: Optional[dict] = None) -> Update:
+    """The :class:`~fedleak.Update` of a client that returned ``client`` for the sent ``server``:
+    FedAvg keeps θᶜ, FedSGD turns it into the gradient (θˢ − θᶜ)/η."""
+    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, float)) or not num_examples >= 1 \
             or int(num_examples) != num_examples:
         raise FedleakError(f"the client reported {num_examples!r} examples; expected a positive integer")
     meta = dict(metadata or {})
