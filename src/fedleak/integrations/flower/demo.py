@@ -63,7 +63,7 @@ def local_sgd(model: nn.Module, data: ClientData, lr: float, epochs: int, batch_
             loss = F.cross_entropy(model(data.inputs[start:start + batch_size]), data.labels[start:start + batch_size])
             loss.backward()
             optimizer.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def make_client_app(clients: list[ClientData], model_fn: Callable[[], nn.Module], *, share: bool = False,
@@ -120,7 +120,8 @@ def run_demo(out, *, clients: int = 3, rounds: int = 2, samples: int = 4, malici
     model = federation_model(spec, malicious, seed)
     client_app = make_client_app(parts, lambda: federation_model(spec, malicious, seed), share=share, inspect=inspect)
     protocol = Protocol("fedavg", epochs=1, batch_size=samples, lr=lr, reshuffle=False)
-    attack, options = ("auto", None) if malicious else ("inverting-gradients", {"iterations": iterations})
+    # the embedded digits are 8x8 images upsampled to 28x28, not 8-bit: no pixel-grid check (levels=0)
+    attack, options = ("imprint", {"levels": 0}) if malicious else ("inverting-gradients", {"iterations": iterations})
 
     def audit_fn() -> LeakageAudit:
         strategy = FedAvg(fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients)
