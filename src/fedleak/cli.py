@@ -2,13 +2,15 @@
 
 ``audit`` (the default job: simulate FedSGD and FedAvg clients on embedded data, attack them,
 report), ``simulate`` (compute and save one client's update), ``attack`` (attack a saved update),
-``run`` (an experiment file or a paper preset), ``report`` (HTML report of a run folder), and the
+``run`` (an experiment file or a paper preset), ``report`` (HTML report of a run folder),
+``inspect`` (check a received model for imprint / trap-weight signatures), and the
 listings ``presets``, ``attacks``, ``models``, ``datasets``.
 
 Exit codes (``docs/errors.md``): 0 success; 2 bad input, one line ``fedleak: error: ...`` naming
 the problem (usage errors included); 1 an internal error, one line with ``internal error`` (the
 traceback only with ``--debug``); 130 interrupted by SIGINT (Ctrl-C) and 143 by SIGTERM, both with
 the same one-line hint; 141 when the reader of stdout went away (``fedleak presets | head -3``).
+``fedleak inspect`` exits 1 when the model is suspicious.
 """
 
 from __future__ import annotations
@@ -237,6 +239,25 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_inspect(args) -> int:
+    from .fl.inspect import check_architecture, inspect_state, load_state
+
+    state = load_state(args.model_file)
+    if args.model:
+        from . import models
+        from .data import spec_for
+
+        check_architecture(state, models.build(args.model, spec_for(args.data, root=args.data_root)))
+    inspection = inspect_state(state, args.threshold)
+    if args.json:
+        print(json.dumps(inspection.to_json(), indent=1))
+    else:
+        for finding in inspection.findings:
+            print(f"  {finding.line()}")
+        print(f"{args.model_file}: {inspection.summary() if not inspection.findings else ('suspicious' if inspection.suspicious else 'passed')}")
+    return 1 if inspection.suspicious else 0
+
+
 def _listing(title: str, entries: dict) -> int:
     width = max((len(k) for k in entries), default=0)
     print(title)
@@ -354,6 +375,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write report.html for a run folder")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("inspect", help="check a received model for imprint / trap-weight signatures "
+                       "(exit 0 pass, 1 suspicious, 2 bad input)")
+    p.add_argument("model_file", help="the model's weights (.safetensors)")
+    p.add_argument("--model", help="zoo architecture the file must match (names and shapes)")
+    p.add_argument("--data", default="digits", help="dataset whose shape --model is built for (default: digits)")
+    p.add_argument("--data-root")
+    p.add_argument("--threshold", type=float, default=0.5, help="confidence at which a finding is suspicious")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=cmd_inspect)
 
     for name, text in (("presets", "list paper presets"), ("attacks", "list attacks and variants"),
                        ("models", "list models"), ("datasets", "list datasets")):

@@ -1,4 +1,4 @@
-"""Flower integration: record, and optionally attack, every client update of a real Flower run.
+"""The legacy-API recorder (``flwr.server.strategy``): record and attack every client update.
 
 The server of a Flower (``flwr``) federation sees exactly what fedleak's threat models assume:
 the weights it sent and the weights (or gradients) each client returned, with the client's
@@ -21,16 +21,15 @@ subclasses Flower's ``Strategy`` when ``flwr`` is installed (``pip install flwr`
 from __future__ import annotations
 
 import json
-from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
-import torch
 from torch import nn
 
-from ..errors import FedleakError, unknown_choice
-from ..types import DataSpec, Params, Protocol, Update
+from ...errors import FedleakError
+from ...types import DataSpec, Params, Protocol
+from .convert import _names, model_arrays, protocol_from_config, split_arrays, update_from_split
 
 try:  # Flower's legacy strategy API (flwr.server.strategy), present through flwr 1.x
     from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
@@ -41,93 +40,6 @@ except ImportError:  # pragma: no cover - exercised where flwr is absent
     ndarrays_to_parameters = parameters_to_ndarrays = None
     _StrategyBase = object
     FLOWER_AVAILABLE = False
-
-KEYS = ("state", "parameters")
-#: names Flower apps commonly put in the fit config, mapped to Protocol fields
-CONFIG_ALIASES = {"local_epochs": "epochs", "epochs": "epochs", "batch_size": "batch_size", "lr": "lr",
-                  "learning_rate": "lr"}
-
-
-def _names(model: nn.Module, keys: str) -> tuple[list[str], set[str]]:
-    if keys not in KEYS:
-        raise unknown_choice("array layout", keys, KEYS)
-    params = {name for name, _ in model.named_parameters()}
-    order = list(model.state_dict()) if keys == "state" else [name for name, _ in model.named_parameters()]
-    return order, params
-
-
-def model_arrays(model: nn.Module, keys: str = "state") -> list[np.ndarray]:
-    """The model as Flower sends it: numpy arrays in ``state_dict()`` (or parameter) order."""
-    order, _ = _names(model, keys)
-    state = model.state_dict()
-    return [state[name].detach().cpu().numpy().copy() for name in order]
-
-
-def split_arrays(model: nn.Module, arrays: Sequence[np.ndarray], keys: str = "state",
-                 what: str = "arrays") -> tuple[Params, Params]:
-    """Flower arrays → (parameters, buffers) keyed like the model, checked name by name.
-
-    Raises a :class:`~fedleak.FedleakError` naming the first array whose count, shape or values
-    (NaN/inf) do not fit the model.
-    """
-    order, param_names = _names(model, keys)
-    arrays = list(arrays)
-    if len(arrays) != len(order):
-        raise FedleakError(f"{what}: {len(arrays)} arrays for a model with {len(order)} "
-                           f"{'state entries' if keys == 'state' else 'parameters'} ({type(model).__name__}); "
-                           "is it the same architecture, and the same layout (keys='state' or 'parameters')?")
-    state = model.state_dict()
-    params, buffers = {}, {}
-    for name, array in zip(order, arrays):
-        array = np.asarray(array)
-        expected = tuple(state[name].shape)
-        if tuple(array.shape) != expected:
-            raise FedleakError(f"{what}: array for {name!r} has shape {tuple(array.shape)}, the model has {expected}")
-        tensor = torch.from_numpy(array.copy()).to(state[name].dtype)
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise FedleakError(f"{what}: array for {name!r} holds NaN or infinite values")
-        (params if name in param_names else buffers)[name] = tensor
-    return params, buffers
-
-
-def update_from_arrays(model: nn.Module, sent: Sequence[np.ndarray], returned: Sequence[np.ndarray],
-                       num_examples: int, protocol: Protocol, *, keys: str = "state",
-                       metadata: Optional[dict] = None) -> Update:
-    """One client's :class:`~fedleak.Update` from the arrays the server sent and got back.
-
-    FedAvg: the returned arrays are the client's weights θᶜ. FedSGD (``protocol.algorithm``):
-    a client that returns weights after one step of lr η has sent the gradient (θˢ − θᶜ)/η,
-    which is what the update holds. Buffers are the ones the server sent (the model state the
-    client started from).
-    """
-    server, buffers = split_arrays(model, sent, keys, "arrays the server sent")
-    return _update(model, server, buffers, returned, num_examples, protocol, keys, metadata)
-
-
-def _update(model: nn.Module, server: Params, buffers: Params, returned: Sequence[np.ndarray], num_examples: int,
-            protocol: Protocol, keys: str, metadata: Optional[dict]) -> Update:
-    client, _ = split_arrays(model, returned, keys, "arrays the client returned")
-    meta = dict(metadata or {})
-    if protocol.algorithm == "fedsgd":
-        gradient = {k: (server[k] - client[k]) / protocol.lr for k in server}
-        return Update(server, protocol, int(num_examples), gradient=gradient, buffers=buffers, metadata=meta)
-    return Update(server, protocol, int(num_examples), client_params=client, buffers=buffers, metadata=meta)
-
-
-def protocol_from_config(base: Protocol, config: dict) -> Protocol:
-    """``base`` with the fit-config entries that name a protocol field (``local_epochs``,
-    ``epochs``, ``batch_size``, ``lr``, ``learning_rate``) taken over."""
-    known = {f.name for f in fields(Protocol)}
-    changes = {CONFIG_ALIASES[k]: v for k, v in (config or {}).items() if k in CONFIG_ALIASES
-               and CONFIG_ALIASES[k] in known}
-    if "epochs" in changes:
-        changes["epochs"] = int(changes["epochs"])
-    if "batch_size" in changes:
-        changes["batch_size"] = int(changes["batch_size"])
-    if "lr" in changes:
-        changes["lr"] = float(changes["lr"])
-    return replace(base, **changes) if changes else base
-
 
 def _to_arrays(parameters) -> list[np.ndarray]:
     if isinstance(parameters, (list, tuple)):
@@ -167,7 +79,7 @@ class LeakageRecorder(_StrategyBase):
         if ship is not None and not FLOWER_AVAILABLE:
             raise FedleakError("shipping a model to Flower clients needs flwr (pip install flwr)")
         if isinstance(attack, str):
-            from ..attacks import build
+            from ...attacks import build
 
             attack = build(attack, **(attack_options or {}))
         self.strategy, self.model, self.protocol, self.keys = strategy, model, protocol, keys
@@ -225,7 +137,7 @@ class LeakageRecorder(_StrategyBase):
         config = self._config.get((server_round, cid), {})
         protocol = self.round_protocol(server_round, config)
         server, buffers = self._sent[server_round]
-        update = _update(self.model, server, buffers, _to_arrays(fit_res.parameters), fit_res.num_examples, protocol,
+        update = update_from_split(self.model, server, buffers, _to_arrays(fit_res.parameters), fit_res.num_examples, protocol,
                          self.keys, metadata={"round": server_round, "client_id": cid, "fit_config": config,
                                               "client_metrics": dict(getattr(fit_res, "metrics", {}) or {})})
         where = self.out / f"round-{server_round}" / f"client-{_safe(cid)}"

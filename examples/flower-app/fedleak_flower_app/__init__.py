@@ -1,0 +1,1 @@
+"""A Flower app audited by fedleak (see ../README.md)."""

@@ -1,0 +1,37 @@
+"""Flower integration: audit a real Flower federation for data leakage while it runs.
+
+One job per module:
+
+* :mod:`.convert` — Flower payloads (numpy arrays, ``ArrayRecord``, train configs) ↔ fedleak
+  :class:`~fedleak.Update`, checked against the model.
+* :mod:`.audit` — :class:`LeakageAudit`, a Message-API strategy (``flwr.serverapp.strategy``)
+  wrapping any other: records every client's reply, attacks it in a worker pool, appends scores
+  to ``OUT/leakage.jsonl``; ``ship=`` makes it a malicious server.
+* :mod:`.scoring` — the per-reply attack job and its scores (attacker-side, and against the true
+  batch in evaluation mode).
+* :mod:`.dashboard` — ``OUT/dashboard.html``: leakage per client per round, latest reconstructions.
+* :mod:`.client` — the client side: :func:`inspector_mod` (refuses imprinted / trap-weight models)
+  and :func:`share_truth` (evaluation mode: a simulated client opts in to send its true batch).
+* :mod:`.grid` — :class:`InlineGrid`: a Message-API ``Grid`` that runs ClientApps in this process
+  (no Ray, no SuperLink), and :func:`run_inline`.
+* :mod:`.demo` — ``python -m fedleak.integrations.flower.demo``.
+* :mod:`.legacy` — :class:`LeakageRecorder` for the legacy ``flwr.server.strategy`` API.
+
+``flwr`` is optional for :mod:`.convert`; everything else needs it (``pip install "fedleak[flower]"``).
+"""
+
+from .convert import (CONFIG_ALIASES, KEYS, model_arrays, model_record, protocol_from_config, record_arrays,
+                      split_arrays, split_record, update_from_arrays)
+from .legacy import FLOWER_AVAILABLE, LeakageRecorder
+
+__all__ = ["CONFIG_ALIASES", "FLOWER_AVAILABLE", "KEYS", "LeakageRecorder", "model_arrays", "model_record",
+           "protocol_from_config", "record_arrays", "split_arrays", "split_record", "update_from_arrays"]
+
+try:  # the Message API (flwr >= 1.20)
+    from .audit import LeakageAudit
+    from .client import TRUTH_KEY, inspector_mod, share_truth
+    from .grid import InlineGrid, run_inline
+
+    __all__ += ["LeakageAudit", "TRUTH_KEY", "inspector_mod", "share_truth", "InlineGrid", "run_inline"]
+except ImportError:  # pragma: no cover - flwr absent or too old
+    pass

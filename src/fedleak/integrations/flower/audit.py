@@ -1,0 +1,249 @@
+"""``LeakageAudit``: live leakage auditing of a Flower federation on the Message API.
+
+A drop-in ``flwr.serverapp.strategy.Strategy`` wrapping any other (FedAvg, FedProx, FedAdam, the
+DP wrappers, …). It changes nothing the wrapped strategy samples, sends or aggregates; around it,
+every round, it
+
+1. remembers what each node was sent (``configure_train``: the ``ArrayRecord``, converted once
+   per distinct record, and the ``ConfigRecord``);
+2. turns each node's reply into a :class:`fedleak.Update` (``aggregate_train``): θˢ and θᶜ by
+   name, the protocol from the train config (``local-epochs``/``local_epochs``/``epochs``,
+   ``batch-size``/``batch_size``, ``lr``/``learning-rate``/``learning_rate``, over the ``protocol``
+   given), N from the ``MetricRecord``'s ``num-examples``, the node id;
+3. attacks it in a worker pool (a thread pool: the round is not blocked unless ``blocking=True``)
+   with the attack that fits (:func:`.scoring.choose_attack`) or the one given, and appends one
+   JSON line per reply to ``OUT/leakage.jsonl`` (under a lock) and rewrites
+   ``OUT/dashboard.html``.
+
+A reply whose arrays do not fit the model, or that lacks its ``num-examples``, is recorded as
+``rejected`` with the reason and is not passed on to the wrapped strategy (it could not be
+aggregated anyway); error replies (e.g. a client's inspector refusing the model) are recorded as
+``error`` and passed on. ``ship=`` makes the audit a malicious server: it sends that model (e.g.
+:func:`fedleak.models.imprint`'s) instead of the global one every round — see ``docs/flower.md``
+for the threat model. In evaluation mode a simulated client shares its batch
+(:func:`.client.share_truth`); the audit strips it from the reply and scores PSNR / Rec % / IIP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Union
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+from torch import nn
+
+from ...errors import FedleakError
+from ...types import ClientData, DataSpec, Params, Protocol, Update
+from .client import take_truth
+from .convert import model_record, protocol_from_config, split_record, update_from_params
+from .dashboard import write_dashboard
+from .scoring import attack_update, choose_attack
+
+log = logging.getLogger("fedleak.flower")
+
+
+class LeakageAudit(Strategy):
+    """Record, attack and score every client reply of a Message-API federation (module docstring).
+
+    ``strategy``: the Message-API strategy doing the real work. ``model``: the architecture the
+    federation trains (default: ``ship``). ``out``: where ``leakage.jsonl``, ``dashboard.html``
+    and ``round-R/node-N/{update,reconstruction}`` go. ``spec``: the data spec, needed to attack.
+    ``protocol``: the clients' local training, per round overridden by the train config, or a
+    callable ``(round, config) -> Protocol``. ``attack``: ``"auto"`` (default), a name, a built
+    attack, or ``None`` to only record. ``workers``: attack threads. ``evaluation``: score against
+    a batch a client shared. ``save_updates``: keep each update on disk.
+    """
+
+    def __init__(self, strategy, model: Optional[nn.Module], out, *, spec: Optional[DataSpec] = None,
+                 protocol: Union[Protocol, Callable[[int, dict], Protocol], None] = None, attack="auto",
+                 attack_options: Optional[dict] = None, ship: Optional[nn.Module] = None, blocking: bool = False,
+                 workers: int = 1, evaluation: bool = True, save_updates: bool = True,
+                 arrayrecord_key: Optional[str] = None, num_examples_key: str = "num-examples") -> None:
+        if not isinstance(strategy, Strategy):
+            raise FedleakError(f"LeakageAudit wraps a Flower Message-API strategy (an instance of "
+                               f"flwr.serverapp.strategy.Strategy, e.g. FedAvg()), got {type(strategy).__module__}."
+                               f"{type(strategy).__name__}; for flwr.server.strategy use LeakageRecorder")
+        model = ship if model is None else model
+        if not isinstance(model, nn.Module):
+            raise FedleakError(f"LeakageAudit needs the torch model of the federation, got {type(model).__name__}")
+        if ship is not None and not isinstance(ship, nn.Module):
+            raise FedleakError(f"ship= must be a torch model to send to the clients, got {type(ship).__name__}")
+        if attack is not None and not isinstance(spec, DataSpec):
+            raise FedleakError("LeakageAudit: attacking replies needs spec=fedleak.DataSpec (input shape, classes, "
+                               "normalization); pass attack=None to only record")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise FedleakError(f"LeakageAudit: workers must be a positive integer, got {workers!r}")
+        protocol = Protocol("fedavg") if protocol is None else protocol
+        if not isinstance(protocol, Protocol) and not callable(protocol):
+            raise FedleakError(f"protocol must be a fedleak.Protocol or a callable, got {type(protocol).__name__}")
+        self.strategy, self.model, self.ship, self.spec, self.protocol = strategy, model, ship, spec, protocol
+        self.attack_name = attack if isinstance(attack, str) else None
+        self.attack_options = dict(attack_options or {})
+        self._attacks: dict[str, object] = {}
+        self.attack = attack if attack is not None and not isinstance(attack, str) else None
+        if isinstance(attack, str) and attack != "auto":
+            self.attack = self._build(attack)  # unknown names and options fail here, not mid-federation
+        self.blocking, self.evaluation, self.save_updates = bool(blocking), bool(evaluation), bool(save_updates)
+        self.arrayrecord_key, self.num_examples_key = arrayrecord_key, num_examples_key
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.records: list[dict] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedleak-audit")
+        self._futures: list[Future] = []
+        self._sent: dict[tuple[int, int], tuple[tuple[Params, Params], dict]] = {}
+
+    # -- the strategy interface -----------------------------------------------------------------
+    def summary(self) -> None:
+        log.info("fedleak LeakageAudit around %s, writing %s", type(self.strategy).__name__, self.out)
+        self.strategy.summary()
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if self.ship is not None:
+            arrays = model_record(self.ship)
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        converted: dict[int, tuple[Params, Params]] = {}
+        for message in messages:
+            record = self._array_record(message.content, "the train message")
+            if id(record) not in converted:  # strategies send one record to every node: convert it once
+                converted[id(record)] = split_record(self.model, record, "arrays the server sent")
+            sent_config = dict(next(iter(message.content.config_records.values()), {}))
+            self._sent[(server_round, message.metadata.dst_node_id)] = (converted[id(record)], sent_config)
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        passed = []
+        for reply in list(replies):
+            if self.receive(server_round, reply) != "rejected":
+                passed.append(reply)
+        self._sent = {key: value for key, value in self._sent.items() if key[0] != server_round}
+        if self.blocking:
+            self.wait()
+        return self.strategy.aggregate_train(server_round, passed)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> Optional[MetricRecord]:
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, *args, **kwargs):
+        """Flower's ``Strategy.start``, then wait for the attacks still running."""
+        try:
+            return super().start(grid, initial_arrays, *args, **kwargs)
+        finally:
+            self.wait()
+
+    # -- recording ------------------------------------------------------------------------------
+    def round_protocol(self, server_round: int, config: dict) -> Protocol:
+        if callable(self.protocol) and not isinstance(self.protocol, Protocol):
+            protocol = self.protocol(server_round, config)
+            if not isinstance(protocol, Protocol):
+                raise FedleakError(f"the protocol callable returned {type(protocol).__name__}, not a fedleak.Protocol")
+            return protocol
+        return protocol_from_config(self.protocol, config)
+
+    def receive(self, server_round: int, reply: Message) -> str:
+        """Record one reply; start its attack. Returns the record's status (never raises for a
+        bad reply: its problem becomes the record's ``reason``)."""
+        node = reply.metadata.src_node_id
+        entry = {"round": int(server_round), "client": int(node)}
+        if reply.has_error():
+            self._write({**entry, "status": "error", "reason": str(reply.error.reason)})
+            return "error"
+        try:
+            truth = take_truth(reply.content)
+            update = self._update(server_round, node, reply.content)
+        except FedleakError as exc:
+            self._write({**entry, "status": "rejected", "reason": str(exc)})
+            return "rejected"
+        entry.update(num_examples=update.num_samples, protocol=update.protocol.to_json())
+        truth = truth if self.evaluation else None
+        if self.attack is None and self.attack_name is None:
+            entry["status"] = "recorded"
+            self._futures.append(self._pool.submit(self._job, entry, update, None))
+        else:
+            self._futures.append(self._pool.submit(self._job, entry, update, truth))
+        return "accepted"
+
+    def wait(self) -> None:
+        """Block until every attack started so far has finished and been written."""
+        pending, self._futures = self._futures, []
+        wait(pending)
+
+    def close(self) -> None:
+        """Wait for the attacks, then stop the worker pool."""
+        self.wait()
+        self._pool.shutdown(wait=True)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _build(self, name: str):
+        if name not in self._attacks:
+            from ...attacks import build
+
+            self._attacks[name] = build(name, **self.attack_options)
+        return self._attacks[name]
+
+    def _array_record(self, content: RecordDict, what: str) -> ArrayRecord:
+        records = content.array_records
+        if self.arrayrecord_key is not None:
+            if self.arrayrecord_key not in records:
+                raise FedleakError(f"{what} has no ArrayRecord {self.arrayrecord_key!r} (it has {sorted(records)})")
+            return records[self.arrayrecord_key]
+        if len(records) != 1:
+            raise FedleakError(f"{what} holds {len(records)} ArrayRecords ({sorted(records)}); expected one, or "
+                               f"pass arrayrecord_key=")
+        return next(iter(records.values()))
+
+    def _update(self, server_round: int, node: int, content: RecordDict) -> Update:
+        if (server_round, node) not in self._sent:
+            raise FedleakError(f"node {node} replied in round {server_round} but was sent no model by this strategy")
+        (server, buffers), config = self._sent[(server_round, node)]
+        record = self._array_record(content, "the reply")
+        client, _ = split_record(self.model, record, "arrays the client returned")
+        metrics = content.metric_records
+        if len(metrics) != 1 or self.num_examples_key not in next(iter(metrics.values())):
+            raise FedleakError(f"the reply needs one MetricRecord with {self.num_examples_key!r} (the client's number "
+                               f"of examples); it has {len(metrics)} MetricRecord(s)")
+        num_examples = next(iter(metrics.values()))[self.num_examples_key]
+        protocol = self.round_protocol(server_round, config)
+        meta = {"round": server_round, "client_id": str(node), "train_config": config,
+                "client_metrics": dict(next(iter(metrics.values())))}
+        if hasattr(self.model, "imprint_secrets"):
+            meta["imprint"] = self.model.imprint_secrets()
+        return update_from_params(server, buffers, client, num_examples, protocol, meta)
+
+    def _job(self, entry: dict, update: Update, truth: Optional[ClientData]) -> None:
+        """Worker: save the update, attack and score it, write the record. Never raises."""
+        where = self.out / f"round-{entry['round']}" / f"node-{entry['client']}"
+        try:
+            if self.save_updates:
+                entry["update"] = str(update.save(where / "update"))
+            if entry.get("status") != "recorded":
+                attack = self.attack or self._build(choose_attack(self.model, update.protocol))
+                entry["attack"] = getattr(attack, "variant", attack.name)
+                rec, scores = attack_update(attack, update, self.model, self.spec, truth)
+                entry["reconstruction"] = str(rec.save(where / "reconstruction"))
+                entry.update(scores, status="attacked", evaluated=truth is not None)
+        except Exception as exc:  # an attack failing on one reply must not stop the audit
+            entry.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
+        self._write(entry)
+
+    def _write(self, entry: dict) -> None:
+        with self._lock:
+            self.records.append(entry)
+            with open(self.out / "leakage.jsonl", "a") as fh:
+                fh.write(json.dumps(entry) + "\n")
+            try:
+                write_dashboard(self.out / "dashboard.html", self.records, self.spec,
+                                f"fedleak: leakage audit of a Flower federation ({type(self.strategy).__name__})")
+            except Exception as exc:  # the dashboard is a view; losing one refresh must not stop the audit
+                log.warning("fedleak: dashboard not updated: %s", exc)

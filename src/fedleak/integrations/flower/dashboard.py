@@ -1,0 +1,89 @@
+"""``OUT/dashboard.html``: the live view of a Flower leakage audit, rewritten as records arrive.
+
+One plot (matplotlib) of leakage per client per round — PSNR of the reconstruction where the
+client shared its batch (evaluation mode), the number of verbatim recoveries for imprint attacks,
+the final matching loss otherwise — the table of every record (rejected and refused replies
+included, with their reason) and the latest round's reconstructions.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Optional, Sequence
+
+from PIL import Image
+
+from ...report import html_report, image_grid
+from ...types import DataSpec, Reconstruction
+
+#: what the plot shows, in order of preference: (record key, axis label)
+PANELS = (("psnr", "PSNR vs the true batch (dB)"), ("verbatim", "inputs recovered verbatim"),
+          ("attack_loss", "final matching loss (attacker-side)"))
+COLUMNS = ["round", "client", "status", "attack", "num_examples", "verbatim", "attack_loss", "psnr", "rec_percent",
+           "iip", "reason"]
+
+
+def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
+    """Leakage per client per round, one panel per score present; ``None`` before any score."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    scored = [r for r in records if r.get("status") == "attacked"]
+    panels = [(key, label) for key, label in PANELS if any(r.get(key) is not None for r in scored)]
+    if not panels:
+        return None
+    figure = Figure(figsize=(5.0 * len(panels), 3.4), dpi=90)
+    for i, (key, label) in enumerate(panels, start=1):
+        axis = figure.add_subplot(1, len(panels), i)
+        for client in sorted({str(r["client"]) for r in scored}):
+            points = sorted((r["round"], r[key]) for r in scored if str(r["client"]) == client and r.get(key) is not None)
+            if points:
+                axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"node {client}")
+        axis.set_xlabel("round")
+        axis.set_ylabel(label)
+        if key == "attack_loss":
+            axis.set_yscale("log")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    buffer.seek(0)
+    return Image.open(buffer).convert("RGB")
+
+
+def latest_reconstructions(records: Sequence[dict], spec: DataSpec, limit: int = 16) -> list:
+    """(caption, image grid) of each attacked reply of the latest round that has one."""
+    attacked = [r for r in records if r.get("status") == "attacked" and r.get("reconstruction")]
+    if not attacked:
+        return []
+    last = max(r["round"] for r in attacked)
+    images = []
+    for record in attacked:
+        if record["round"] != last:
+            continue
+        rec = Reconstruction.load(record["reconstruction"])
+        if rec.inputs.dim() != 4 or rec.inputs.shape[0] == 0:
+            continue
+        caption = f"round {last}, node {record['client']}: {record['attack']}"
+        images.append((caption, image_grid(spec.denormalize(rec.inputs[:limit].float()).clamp(0, 1))))
+    return images
+
+
+def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], title: str) -> Path:
+    """Write the dashboard for ``records`` (the lines of ``leakage.jsonl``) to ``path``."""
+    rows = [{c: (round(r[c], 4) if isinstance(r.get(c), float) else r.get(c)) for c in COLUMNS} for r in records]
+    plot = leakage_plot(records)
+    attacked = sum(r.get("status") == "attacked" for r in records)
+    sections = [{"title": "Leakage per client per round",
+                 "text": f"{len(records)} replies recorded, {attacked} attacked. Attacker-side scores need no client "
+                         "data; PSNR, Rec % and IIP appear only where a client shared its batch (evaluation mode).",
+                 **({"images": [("leakage per client per round", plot)]} if plot is not None else {})},
+                {"title": "Records", "table": {"rows": rows, "columns": COLUMNS, "floatfmt": ".3g"}}]
+    images = latest_reconstructions(records, spec) if spec is not None else []
+    if images:
+        sections.append({"title": "Latest reconstructions", "images": images})
+    return html_report(path, title, sections)

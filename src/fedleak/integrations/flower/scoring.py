@@ -1,0 +1,71 @@
+"""What the audit attacks each reply with, and how it scores the result.
+
+A real server has no client data, so every record carries what the attacker itself knows
+(:func:`attacker_scores`): the final value of the optimization attacks' matching loss, and for
+the imprint attacks (Fowl et al. 2022, Eq. 4) the number of bins that held exactly one input —
+inputs recovered verbatim, certified by the bin, box and pixel-grid checks of
+:mod:`fedleak.attacks.imprint`. In evaluation mode (the client shared its true batch) the
+reconstruction is also scored against the truth with :func:`fedleak.metrics.evaluate`
+(PSNR, Rec %, IIP).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Optional
+
+from torch import nn
+
+from ...types import ClientData, DataSpec, Protocol, Reconstruction, Update
+
+#: the attack the audit runs for each imprint structure of a shipped model
+IMPRINT_ATTACKS = {"cumulative": "imprint", "sparse": "imprint-sparse", "one-shot": "imprint-one-shot", "cah": "cah"}
+
+
+def choose_attack(model: nn.Module, protocol: Protocol) -> str:
+    """The attack that fits: the imprint readout for a model carrying an imprint block, else
+    Inverting Gradients (FedSGD gradients, and FedAvg updates via its local-step simulation)."""
+    if hasattr(model, "imprint_secrets"):
+        return IMPRINT_ATTACKS[model.imprint_secrets()["structure"]]
+    return "inverting-gradients"
+
+
+def _finite(value) -> Optional[float]:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def attacker_scores(rec: Reconstruction) -> dict:
+    """Scores the attacker knows without ground truth (see the module docstring)."""
+    extras = rec.extras or {}
+    scores = {"reconstructed": int(rec.inputs.shape[0])}
+    if "single_bins" in extras:
+        scores["verbatim"] = len(extras["single_bins"])
+        scores["nonempty_bins"] = len(extras.get("nonempty_bins", []))
+    if extras.get("loss") is not None:
+        scores["attack_loss"] = _finite(extras["loss"])
+    return scores
+
+
+def truth_scores(rec: Reconstruction, truth: ClientData, spec: DataSpec) -> dict:
+    """PSNR / SSIM / Rec % / IIP against the true batch (evaluation mode)."""
+    from ...metrics import evaluate
+
+    scores = evaluate(rec, truth.to(rec.inputs.device), spec)
+    keep = ("psnr", "ssim", "rec_percent", "iip", "threshold", "psnr_per_input")
+    return {k: scores[k] for k in keep if k in scores}
+
+
+def attack_update(attack, update: Update, model: nn.Module, spec: DataSpec,
+                  truth: Optional[ClientData] = None) -> tuple[Reconstruction, dict]:
+    """Reconstruct one update (on a private copy of the model: attacks swap its parameters, and
+    several run at once in the audit's worker pool) and score it."""
+    rec = attack.reconstruct(update, copy.deepcopy(model), spec)
+    scores = attacker_scores(rec)
+    if truth is not None:
+        scores.update(truth_scores(rec, truth, spec))
+    return rec, scores
