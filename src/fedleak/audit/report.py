@@ -54,11 +54,12 @@ def printed_table(point: dict) -> str:
     return markdown_table(table, [c for c in COLUMNS.values() if c != COLUMNS["seconds"]])
 
 
-def verdict_sentence(name: str, tm: dict) -> str:
+def verdict_sentence(name: str, tm: dict, prefix: bool = True) -> str:
+    head = f"{THREAT_TITLES[name]}: {tm['verdict'].upper()} leakage. " if prefix else ""
     if tm["verdict"] == "not run":
         return f"{THREAT_TITLES[name]}: not evaluated (no attack of this threat model ran)."
-    return (f"{THREAT_TITLES[name]}: {tm['verdict'].upper()} leakage. Its strongest attack, {tm['strongest']}, "
-            f"reconstructs {tm['rec_percent']:.0f}% of a client's images recognizably.")
+    return (f"{head}Its strongest attack, {tm['strongest']}, reconstructs {tm['rec_percent']:.0f}% of a client's "
+            f"images recognizably (best mean PSNR {tm['psnr']:.1f} dB).")
 
 
 def imprint_sentence(mal: dict) -> str:
@@ -116,7 +117,7 @@ def _verdict_boxes(point: dict) -> str:
         boxes.append(f'<div class="verdict" style="background:{colour}" data-verdict="{html.escape(tm["verdict"])}">'
                      f'<div>{html.escape(THREAT_TITLES[name])}</div>'
                      f'<div class="level">{html.escape(tm["verdict"].upper())} leakage</div>'
-                     f'<p>{html.escape(verdict_sentence(name, tm))}</p></div>')
+                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False))}</p></div>')
     return '<div class="verdicts" id="verdicts">' + "".join(boxes) + "</div>"
 
 

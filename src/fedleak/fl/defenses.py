@@ -46,6 +46,8 @@ class Defense:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise FedleakError(f"unknown defense {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.kind == "dp-sgd" and not self.scale > 0:
+            raise FedleakError(f"dp-sgd noise multiplier σ must be positive, got {self.scale}")
         if self.scale < 0:
             raise FedleakError(f"defense scale must be non-negative, got {self.scale}")
         if self.kind == "pruning" and not 0 <= self.scale < 1:
