@@ -34,6 +34,10 @@ KNOBS = {
     "defense": (float, "strength of the defense: DP-SGD σ, Gaussian σ, Laplacian b, pruning p (0 = off)"),
     "secagg": (int, "clients K summed by secure aggregation (1 = off)"),
 }
+SHORT_LABELS = {"epochs": "local epochs E", "batch_size": "local batch size m", "lr": "client learning rate η",
+                "samples": "samples per client N", "secagg": "clients per secure aggregate K"}
+DEFENSE_LABELS = {"dp-sgd": "DP-SGD noise multiplier σ", "gaussian": "Gaussian noise σ", "laplacian": "Laplacian noise b",
+                  "pruning": "pruning probability p"}
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,15 @@ class Sweep:
             raise FedleakError(f"sweep values for {knob} repeat: {items}")
         return cls(knob, tuple(values))
 
-    def to_json(self) -> dict:
-        return {"knob": self.knob, "values": list(self.values), "meaning": KNOBS[self.knob][1]}
+    def label(self, defense: Defense) -> str:
+        """A short axis label: the knob in words, the defense's own parameter for ``defense``."""
+        if self.knob == "defense":
+            return DEFENSE_LABELS.get(defense.kind, "defense strength")
+        return SHORT_LABELS[self.knob]
+
+    def to_json(self, defense: Optional[Defense] = None) -> dict:
+        return {"knob": self.knob, "values": list(self.values), "meaning": KNOBS[self.knob][1],
+                "label": self.label(defense or Defense())}
 
 
 @dataclass(frozen=True)
@@ -188,7 +199,7 @@ class AuditConfig:
         out["defense"] = list(self.defense)
         out["attacks"] = list(self.attacks) if self.attacks else None
         sweep = Sweep.parse(self.sweep)
-        out["sweep"] = sweep.to_json() if sweep else None
+        out["sweep"] = sweep.to_json(parse_defenses(self.defense)[0]) if sweep else None
         return out
 
     # -- validation -------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from PIL import Image
 
 from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
 from . import figures
-from .config import KNOBS
 from .threats import HONEST, MALICIOUS
 from .verdict import COLOURS, RULE
 
@@ -79,7 +78,7 @@ def what_to_change(result: dict) -> list[str]:
         return ["No sweep was run. Sweep a setting to find one that brings the verdict to low, e.g. "
                 "--sweep defense=0,0.5,1,2 with --defense dp-sgd:clip=1,noise=1 (ε is reported), "
                 "--sweep secagg=1,2,4,8, or --sweep epochs=1,5,10 for FedAvg."]
-    knob = KNOBS[sweep["knob"]][1]
+    knob = sweep["label"]
     all_low = [p["value"] for p in result["points"] if all(t["verdict"] in ("low", "not run")
                                                             for t in p["threat_models"].values())]
     honest_low = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "low"]
@@ -122,7 +121,7 @@ def _verdict_boxes(point: dict) -> str:
 
 
 def _sweep_verdict_table(result: dict) -> str:
-    knob = result["sweep"]["knob"]
+    knob = result["sweep"]["label"]
     head = [knob, "ε (RDP)"] + [THREAT_TITLES[n] for n in result["points"][0]["threat_models"]]
     body = []
     for p in result["points"]:
@@ -164,7 +163,7 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     shown = [0] if len(result["points"]) == 1 else [0, len(result["points"]) - 1]
     for index in shown:
         point = result["points"][index]
-        label = "" if not result.get("sweep") else f" at {result['sweep']['knob']} = {point['value']:g}"
+        label = "" if not result.get("sweep") else f" at {result['sweep']['label']} = {point['value']:g}"
         body = [_html_table(rows(point), list(COLUMNS.values()), ".2f")]
         if "malicious" in point["scenarios"]:
             body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
@@ -201,7 +200,7 @@ def make_plots(result: dict, examples: list) -> dict:
             series[f"{key}: {title}"] = s["psnr_per_input"]
             threshold = s["threshold"]
     plots = {"psnr-distribution": ("Per-image PSNR of each attack" + (
-        f" at {result['sweep']['knob']} = {first['value']:g}" if result.get("sweep") else ""),
+        f" at {result['sweep']['label']} = {first['value']:g}" if result.get("sweep") else ""),
         figures.psnr_distribution(series, threshold))}
     sweep = result.get("sweep")
     if sweep:
@@ -219,9 +218,8 @@ def make_plots(result: dict, examples: list) -> dict:
         if any(p.get("epsilon") for p in result["points"]):
             epsilon = [max((e.get("epsilon_rdp") for e in p.get("epsilon", {}).values()
                             if e.get("epsilon_rdp") is not None), default=None) for p in result["points"]]
-        plots["leakage-curve"] = (f"Leakage vs {KNOBS[sweep['knob']][1]}" + (" with ε" if epsilon else ""),
-                                  figures.leakage_curve(KNOBS[sweep["knob"]][1], values, curves, psnr_curves,
-                                                        epsilon))
+        plots["leakage-curve"] = (f"Leakage vs {sweep['label']}" + (" with ε" if epsilon else ""),
+                                  figures.leakage_curve(sweep["label"], values, curves, psnr_curves, epsilon))
     return plots
 
 

@@ -108,7 +108,9 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
             show({"stage": "writing the report"})
         result = {"format": FORMAT, "data": spec.name, "model": cfg.model, "seed": cfg.seed, "quick": cfg.quick,
                   "parameters": n_params, "config": cfg.to_json(), "rule": report.RULE,
-                  "sweep": sweep.to_json() if sweep else None, "points": points,
+                  "sweep": sweep.to_json(plans[0].defense if plans[0].defense.active else
+                                         next((p.defense for p in plans if p.defense.active), None))
+                  if sweep else None, "points": points,
                   "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
                   "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"]}
         result["what_to_change"] = report.what_to_change(result)
@@ -139,7 +141,7 @@ def _write(out: Path, result: dict, examples: list) -> None:
 def _log_summary(log, result: dict, out: Path) -> None:
     for point in result["points"]:
         if result.get("sweep"):
-            log(f"\n{result['sweep']['knob']} = {point['value']:g}")
+            log(f"\n{result['sweep']['label']} = {point['value']:g}")
         log("\n" + report.printed_table(point))
         for name, tm in point["threat_models"].items():
             log(report.verdict_sentence(name, tm))
