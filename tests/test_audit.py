@@ -46,7 +46,7 @@ def test_module_factory_model_through_the_cli(tmp_path, capsys, monkeypatch):
     assert result["model"] == "test_audit:tiny_cnn"
     spec = fedleak.data.spec_for("digits")
     assert result["parameters"] == sum(p.numel() for p in tiny_cnn(spec).parameters())
-    ig = result["scenarios"]["fedsgd"]["attacks"]["Inverting Gradients"]
+    ig = result["scenarios"]["fedsgd"]["attacks"]["inverting-gradients"]
     assert len(ig["psnr_per_input"]) == 2 and ig["psnr"] > 15  # a 1-conv ReLU net leaks its 2 images
     assert result["verdicts"]["honest-but-curious"] in ("high", "medium")
     assert "malicious" not in result["verdicts"]
@@ -131,7 +131,7 @@ def test_python_api_reports_progress_through_the_callback(tmp_path):
     assert any("Dimitrov" in s for s in stages) and stages[-1] == "writing the report"
     steps = [e for e in events if "step" in e]
     assert steps and steps[-1]["step"] == steps[-1]["total"] == 20
-    dimitrov = result["scenarios"]["fedavg"]["attacks"]["Dimitrov et al. (simulation + epoch prior)"]
+    dimitrov = result["scenarios"]["fedavg"]["attacks"]["dimitrov"]
     assert dimitrov["targets"] == 2 and len(dimitrov["per_client"]) == 2 and len(dimitrov["psnr_per_input"]) == 4
     assert result["config"]["clients"] == 2 and result["config"]["attacks"] == ["dimitrov"]
     mal = result["scenarios"]["malicious"]

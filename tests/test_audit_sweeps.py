@@ -67,7 +67,7 @@ def test_dp_sigma_sweep_lowers_leakage_and_reports_opacus_epsilon(dp_sweep):
     result = json.loads((dp_sweep / "metrics.json").read_text())
     points = result["points"]
     assert [p["value"] for p in points] == list(SIGMAS) and result["sweep"]["label"] == "DP-SGD noise multiplier σ"
-    psnr = [p["scenarios"]["fedsgd"]["attacks"]["Inverting Gradients"]["psnr"] for p in points]
+    psnr = [p["scenarios"]["fedsgd"]["attacks"]["inverting-gradients"]["psnr"] for p in points]
     assert psnr[-1] < psnr[0] - 5, psnr  # σ = 1: the reconstruction is noise
     assert points[0]["epsilon"] == {} and points[0]["settings"]["defense"] == "none"
     for p in points[1:]:
@@ -85,7 +85,7 @@ def test_secagg_sweep_leakage_falls_with_k(tmp_path):
     out = tmp_path / "rep"
     assert run_cli("audit", *TINY, "--no-malicious", "--sweep", "secagg=1,4,16", "--out", out) == 0
     points = json.loads((out / "metrics.json").read_text())["points"]
-    attack = [p["scenarios"]["fedsgd"]["attacks"]["Inverting Gradients"] for p in points]
+    attack = [p["scenarios"]["fedsgd"]["attacks"]["inverting-gradients"] for p in points]
     assert [a["psnr_per_input"].__len__() for a in attack] == [2, 8, 32]  # scored against all K clients' images
     psnr = [a["psnr"] for a in attack]
     assert psnr[0] > psnr[1] > psnr[2] and psnr[0] - psnr[2] > 3, psnr

@@ -143,8 +143,8 @@ class Auditor:
                     if t == 0:
                         result.examples[(scenario.key, choice.title)] = _example(rec, truth, self.spec, scores)
                 summary = _summarize(per_target, seconds, choice)
-                entry["attacks"][choice.title] = summary
-                honest_scores[f"{scenario.key}: {choice.title}"] = summary
+                entry["attacks"][choice.name] = summary
+                honest_scores[f"{scenario.key}: {choice.title} [{choice.name}]"] = summary
             if plan.dp:
                 result.data["epsilon"][scenario.key] = self.epsilon(plan, scenario)
             result.data["scenarios"][scenario.key] = entry
@@ -154,7 +154,7 @@ class Auditor:
             mal = self.malicious(plan, malicious_override[0] if malicious_override else None, prefix, result)
             result.data["scenarios"]["malicious"] = mal
             result.data["threat_models"][threats.MALICIOUS] = {
-                "description": threats.THREAT_MODELS[threats.MALICIOUS], **judge({mal["title"]: mal})}
+                "description": threats.THREAT_MODELS[threats.MALICIOUS], **judge({f"{mal['title']} [{mal['attack']}]": mal})}
         return result
 
     def epsilon(self, plan: Plan, scenario: Scenario) -> dict:

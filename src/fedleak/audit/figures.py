@@ -79,14 +79,18 @@ def _pyplot():
     return plt
 
 
+#: PSNR shown at most (verbatim imprint readouts reach 100+ dB and would flatten the rest)
+PLOT_CAP_DB = 60.0
+
+
 def psnr_distribution(series: dict, threshold: float) -> Image.Image:
-    """``series``: attack label -> per-image PSNR values (dB)."""
+    """``series``: attack label -> per-image PSNR values (dB), drawn capped at :data:`PLOT_CAP_DB` ("≥ 60")."""
     plt = _pyplot()
     labels = list(series)
     fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(labels) + 2), 3.6))
     rng = np.random.default_rng(0)
     for i, label in enumerate(labels):
-        values = np.array([v for v in series[label] if v is not None], dtype=float)
+        values = np.minimum(np.array([v for v in series[label] if v is not None], dtype=float), PLOT_CAP_DB)
         if values.size == 0:
             continue
         ax.boxplot([values], positions=[i], widths=0.5, showfliers=False, patch_artist=True,
@@ -99,7 +103,7 @@ def psnr_distribution(series: dict, threshold: float) -> Image.Image:
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels([_wrap(l) for l in labels], fontsize=8)
     ax.set_xlim(-0.6, len(labels) - 0.4)
-    ax.set_ylabel("PSNR per image (dB)")
+    ax.set_ylabel(f"PSNR per image (dB, shown up to {PLOT_CAP_DB:.0f})")
     ax.set_title("Per-image PSNR of each attack (green: recognizable, red: not recovered)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return _figure_to_image(fig)
@@ -127,12 +131,12 @@ def leakage_curve(knob_label: str, values: list, curves: dict, psnr_curves: dict
     for i, (label, ys) in enumerate(curves.items()):
         top.plot(x, [np.nan if y is None else y for y in ys], marker=markers[i % 5], label=label)
     for i, (label, ys) in enumerate(psnr_curves.items()):
-        bottom.plot(x, [np.nan if y is None else y for y in ys], marker=markers[i % 5], label=label)
+        bottom.plot(x, [np.nan if y is None else min(y, PLOT_CAP_DB) for y in ys], marker=markers[i % 5], label=label)
     top.set_ylabel("recognizable images (%)")
     top.set_ylim(-5, 105)
     top.grid(alpha=0.3)
     top.legend(fontsize=8, loc="upper left")
-    bottom.set_ylabel("mean PSNR (dB)")
+    bottom.set_ylabel(f"mean PSNR (dB, up to {PLOT_CAP_DB:.0f})")
     bottom.grid(alpha=0.3)
     bottom.legend(fontsize=7, loc="best")
     bottom.set_xticks(x)

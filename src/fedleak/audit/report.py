@@ -38,9 +38,9 @@ def rows(point: dict) -> list[dict]:
     """One row per (scenario, attack) with the human column names."""
     out = []
     for key, scenario in point["scenarios"].items():
-        attacks = {scenario["title"]: scenario} if key == "malicious" else scenario["attacks"]
-        for title, s in attacks.items():
-            label = f"{title} ({s['bins']} bins)" if key == "malicious" else title
+        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
+        for name, s in attacks.items():
+            label = f"{s['title']} [{name}]" + (f", {s['bins']} bins" if key == "malicious" else "")
             row = {**{k: s.get(k) for k in COLUMNS if k in s}, "scenario": key, "attack": label}
             if row.get("iip") is not None:
                 row["iip"] = 100.0 * row["iip"]
@@ -126,7 +126,8 @@ def _sweep_verdict_table(result: dict) -> str:
     body = []
     for p in result["points"]:
         eps = [e.get("epsilon_rdp") for e in p.get("epsilon", {}).values() if e.get("epsilon_rdp") is not None]
-        cells = [f"<td>{p['value']:g}</td>", f"<td>{max(eps):.2f}</td>" if eps else "<td>—</td>"]
+        no_dp = "∞ (no DP)" if result["sweep"]["knob"] == "defense" else "—"
+        cells = [f"<td>{p['value']:g}</td>", f"<td>{max(eps):.2f}</td>" if eps else f"<td>{no_dp}</td>"]
         for tm in p["threat_models"].values():
             colour = COLOURS.get(tm["verdict"], COLOURS["not run"])
             cells.append(f'<td class="v" style="background:{colour}">{html.escape(tm["verdict"])}</td>')
@@ -195,9 +196,9 @@ def make_plots(result: dict, examples: list) -> dict:
     first = result["points"][0]
     series, threshold = {}, 20.0
     for key, scenario in first["scenarios"].items():
-        attacks = {scenario["title"]: scenario} if key == "malicious" else scenario["attacks"]
-        for title, s in attacks.items():
-            series[f"{key}: {title}"] = s["psnr_per_input"]
+        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
+        for name, s in attacks.items():
+            series[f"{key}: {s['title']}"] = s["psnr_per_input"]
             threshold = s["threshold"]
     plots = {"psnr-distribution": ("Per-image PSNR of each attack" + (
         f" at {result['sweep']['label']} = {first['value']:g}" if result.get("sweep") else ""),
@@ -209,9 +210,10 @@ def make_plots(result: dict, examples: list) -> dict:
                   for n in first["threat_models"]}
         psnr_curves = {}
         for key, scenario in first["scenarios"].items():
-            titles = [scenario["title"]] if key == "malicious" else list(scenario["attacks"])
-            for t in titles:
-                psnr_curves[f"{key}: {t}"] = [
+            names = [scenario["attack"]] if key == "malicious" else list(scenario["attacks"])
+            for t in names:
+                title = scenario["title"] if key == "malicious" else scenario["attacks"][t]["title"]
+                psnr_curves[f"{key}: {title}"] = [
                     (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][t]).get("psnr")
                     for p in result["points"]]
         epsilon = None

@@ -42,8 +42,8 @@ FIXED = {"inverting-gradients": {"tv": 1e-3}, "dimitrov": {"labels": "reclabels"
 #: display names
 TITLES = {"inverting-gradients": "Inverting Gradients", "dimitrov": "Dimitrov et al. (simulation + epoch prior)",
           "agic": "AGIC", "awa-no-bo": "AWA", "awa": "AWA (Bayesian-optimized weights)",
-          "dimitrov-shared": "shared-image simulation (IG's FedAvg attack)", "imprint": "Robbing the Fed (imprint)",
-          "imprint-sparse": "Robbing the Fed (sparse imprint)"}
+          "dimitrov-shared": "shared-image simulation (IG's FedAvg attack)", "imprint": "Robbing the Fed imprint",
+          "imprint-sparse": "Robbing the Fed sparse imprint"}
 
 
 @dataclass(frozen=True)
