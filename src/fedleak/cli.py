@@ -1,7 +1,8 @@
 """The ``fedleak`` command.
 
 ``audit`` (the default job: audit a deployment — by default FedSGD and FedAvg clients on
-embedded data — under both threat models, with a verdict and a report; ``fedleak.audit``), ``simulate`` (compute and save one client's update), ``attack`` (attack a saved update),
+embedded data — under both threat models, with a verdict and a report; ``fedleak.audit``),
+``simulate`` (compute and save one client's update), ``attack`` (attack a saved update),
 ``run`` (an experiment file or a paper preset), ``report`` (HTML report of a run folder), and the
 listings ``presets``, ``attacks``, ``models``, ``datasets``. Bad input exits with code 2 and one
 line naming the problem.

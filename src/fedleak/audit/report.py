@@ -21,7 +21,7 @@ from .verdict import COLOURS, RULE
 
 #: JSON key -> column title
 COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "psnr": "Mean PSNR (dB)", "ssim": "SSIM",
-           "rec_percent": "Recognizable images (%)", "iip": "Identified images (IIP, %)",
+           "rec_percent": "Recognizable images (%)", "rec_range": "Per-client range (%)", "iip": "Identified images (IIP, %)",
            "label_count_error": "Label-count error", "seconds": "Attack time (s)"}
 THREAT_TITLES = {HONEST: "Honest-but-curious server", MALICIOUS: "Malicious server"}
 _EXTRA_CSS = """
@@ -44,13 +44,20 @@ def rows(point: dict) -> list[dict]:
             row = {**{k: s.get(k) for k in COLUMNS if k in s}, "scenario": key, "attack": label}
             if row.get("iip") is not None:
                 row["iip"] = 100.0 * row["iip"]
+            if s.get("targets", 1) > 1:
+                row["rec_range"] = f"{s['rec_percent_min']:.0f}–{s['rec_percent_max']:.0f}"
             out.append({COLUMNS[k]: row.get(k) for k in COLUMNS})
     return out
 
 
+def _columns(table: list[dict]) -> list[str]:
+    """Every column, the per-client range only when some attack ran on several clients."""
+    return [c for c in COLUMNS.values() if c != COLUMNS["rec_range"] or any(r.get(c) for r in table)]
+
+
 def printed_table(point: dict) -> str:
     table = rows(point)
-    return markdown_table(table, [c for c in COLUMNS.values() if c != COLUMNS["seconds"]])
+    return markdown_table(table, [c for c in _columns(table) if c != COLUMNS["seconds"]])
 
 
 def verdict_sentence(name: str, tm: dict, prefix: bool = True) -> str:
@@ -165,7 +172,8 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     for index in shown:
         point = result["points"][index]
         label = "" if not result.get("sweep") else f" at {result['sweep']['label']} = {point['value']:g}"
-        body = [_html_table(rows(point), list(COLUMNS.values()), ".2f")]
+        table = rows(point)
+        body = [_html_table(table, _columns(table), ".2f")]
         if "malicious" in point["scenarios"]:
             body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
         images = [(f"{scenario}: {attack}: originals (top) vs reconstructions (bottom); red frame: not recovered",

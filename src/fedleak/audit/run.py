@@ -14,9 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from .. import data
+from ..cli import _device  # the one device check (names, availability) the CLI uses
 from ..errors import FedleakError
 from . import report
 from .config import AuditConfig
@@ -25,18 +24,6 @@ from .model_loading import check_fits, prepare_model
 from .progress import reporter
 
 FORMAT = "fedleak.audit/2"
-
-
-def _device(name: str) -> str:
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise FedleakError(f"unknown device {name!r}; use e.g. cpu, cuda, cuda:1, mps") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FedleakError(f"device {name!r} requested but CUDA is not available on this machine")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise FedleakError(f"device {name!r} requested but MPS is not available on this machine")
-    return str(device)
 
 
 def _config(config, settings: dict) -> AuditConfig:
