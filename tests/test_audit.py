@@ -138,3 +138,13 @@ def test_python_api_reports_progress_through_the_callback(tmp_path):
     assert mal["attack"] == "imprint-sparse" and mal["num_inputs"] == 4  # FedAvg: the sparse block (§4.3)
     assert set(result["verdicts"]) == {"honest-but-curious", "malicious"}
     assert json.loads((tmp_path / "rep" / "metrics.json").read_text())["points"][0]["verdicts"] == result["verdicts"]
+
+
+def test_log_lines_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    args = ["--algorithm", "fedsgd", "--samples", "1", "--iterations", "40", "--no-malicious"]
+    assert run_cli("audit", *args, "--out", tmp_path / "rep") == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert any(line.endswith("fedsgd: Inverting Gradients") for line in lines)  # one line per stage
+    percents = [line for line in lines if "Inverting Gradients:" in line and "%" in line]
+    assert 3 <= len(percents) <= 11 and "100% (40/40)" in percents[-1]  # every 10%, not every step
+    assert lines[-1].endswith("writing the report")

@@ -141,3 +141,18 @@ def test_report_in_a_real_browser(dp_sweep, tmp_path):
         assert colours is not None and len(colours) > 50  # rendered content, not a blank page
         red = sum(n for n, (r, g, b) in colours if r > 150 and g < 60 and b < 60)
         assert red > 1000  # the "high" verdict cell is drawn in red
+
+
+def test_secure_aggregate_is_the_gradient_over_all_clients_images():
+    """FedSGD, equal N: the N-weighted mean of K gradients = the gradient of the mean loss over K·N images."""
+    import fedleak
+    from fedleak.fl.secagg import concatenate, secure_aggregate
+
+    spec, clients = fedleak.data.load("digits", num_clients=3, samples_per_client=2, seed=0)
+    model = fedleak.models.build("femnist-cnn", spec, seed=0)
+    protocol = fedleak.Protocol("fedsgd")
+    aggregate = secure_aggregate(model, clients, protocol)
+    joint = fedleak.client_update(model, concatenate(clients), protocol)
+    assert aggregate.num_samples == 6 and aggregate.metadata["secure_aggregation"]["clients"] == 3
+    for name, g in joint.gradient.items():
+        assert torch.allclose(aggregate.gradient[name], g, atol=1e-6, rtol=1e-4), name

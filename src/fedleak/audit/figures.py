@@ -122,7 +122,7 @@ def _wrap(text: str, width: int = 18) -> str:
 
 
 def leakage_curve(knob_label: str, values: list, curves: dict, psnr_curves: dict,
-                  epsilon: Optional[list] = None, log_x: bool = False) -> Image.Image:
+                  epsilon: Optional[list] = None, threshold: float = 20.0) -> Image.Image:
     """Rec% (top) and mean PSNR (bottom) of each threat model against the knob; ε on a twin axis."""
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 5.6), sharex=True)
@@ -136,6 +136,7 @@ def leakage_curve(knob_label: str, values: list, curves: dict, psnr_curves: dict
     top.set_ylim(-5, 105)
     top.grid(alpha=0.3)
     top.legend(fontsize=8, loc="upper left")
+    bottom.axhline(threshold, color="#59636e", linestyle="--", linewidth=1)
     bottom.set_ylabel(f"mean PSNR (dB, up to {PLOT_CAP_DB:.0f})")
     bottom.grid(alpha=0.3)
     bottom.legend(fontsize=7, loc="best")

@@ -62,6 +62,7 @@ class BarProgress:
         self.bar.set_description_str(event.get("stage", ""), refresh=False)
         if "step" not in event:
             self.bar.reset(total=0)
+            self.bar.set_postfix_str("", refresh=False)
             self.bar.refresh()
             return
         total = int(event.get("total") or 0)

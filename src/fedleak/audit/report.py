@@ -229,7 +229,8 @@ def make_plots(result: dict, examples: list) -> dict:
             epsilon = [max((e.get("epsilon_rdp") for e in p.get("epsilon", {}).values()
                             if e.get("epsilon_rdp") is not None), default=None) for p in result["points"]]
         plots["leakage-curve"] = (f"Leakage vs {sweep['label']}" + (" with ε" if epsilon else ""),
-                                  figures.leakage_curve(sweep["label"], values, curves, psnr_curves, epsilon))
+                                  figures.leakage_curve(sweep["label"], values, curves, psnr_curves, epsilon,
+                                                        threshold))
     return plots
 
 
