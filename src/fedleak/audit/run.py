@@ -12,7 +12,6 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 from .. import data
 from ..cli import _device  # the one device check (names, availability) the CLI uses
