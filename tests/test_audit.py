@@ -79,6 +79,15 @@ def test_checkpoint_round_trip(tmp_path, capsys):
     assert result["config"]["iterations"] == 20
 
 
+class Payload:
+    """Anything but tensors: weights_only=True must refuse to unpickle it."""
+
+
+def _pickled(path):
+    torch.save({"conv.weight": torch.zeros(1), "payload": Payload()}, path)
+    return path
+
+
 def _write(path, text):
     path.write_text(text)
     return path
@@ -89,8 +98,9 @@ BAD = [
     (lambda t: ["--model", f"{_write(t / 'broken.py', 'import nothing_here_xyz')}:f"], "failed to import"),
     (lambda t: ["--model", f"{__file__}:raising_factory"], "raised ValueError: no GPU found"),
     (lambda t: ["--model", f"{__file__}:not_a_module"], "returned int, not a torch.nn.Module"),
-    (lambda t: ["--model", "lenet", "--weights", str(t / "femnist.safetensors")], "do not fit the model"),
+    (lambda t: ["--model", "lenet", "--weights", str(t / "femnist.safetensors")], "do not fit the model: missing: "),
     (lambda t: ["--weights", str(_write(t / "w.txt", "x"))], "unsupported format"),
+    (lambda t: ["--weights", str(_pickled(t / "evil.pt"))], "cannot be read with weights_only=True"),
     (lambda t: ["--data", "photos", "--model", f"{__file__}:no_argument_mlp"], "does not fit model"),
     (lambda t: ["--defense", "dp-sgd:clip=1,noise=0"], "σ must be positive"),
     (lambda t: ["--defense", "dp-sgd:clip=1,noise=-1"], "σ must be positive"),
@@ -119,7 +129,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, make_args, 
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
     assert {p for p in tmp_path.iterdir() if p.name.startswith(".rep")} == set()
-    assert set(tmp_path.iterdir()) - before <= {tmp_path / "broken.py", tmp_path / "w.txt"}
+    assert set(tmp_path.iterdir()) - before <= {tmp_path / "broken.py", tmp_path / "w.txt", tmp_path / "evil.pt"}
 
 
 def test_python_api_reports_progress_through_the_callback(tmp_path):

@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 from .. import data
-from ..cli import _device  # the one device check (names, availability) the CLI uses
 from ..errors import FedleakError
 from . import report
 from .config import AuditConfig
@@ -52,6 +51,8 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     ``None`` or a callable receiving event dicts (:mod:`fedleak.audit.progress`). ``log`` prints the
     summary (``None`` for silence).
     """
+    from ..cli import _device  # the one device check (names, availability); lazy: cli imports the package
+
     cfg = _config(config, settings)
     log = log or (lambda *_: None)
     sweep = cfg.sweep_plan()
