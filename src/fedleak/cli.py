@@ -1,10 +1,10 @@
 """The ``fedleak`` command.
 
-``audit`` (the default job: simulate FedSGD and FedAvg clients on embedded data, attack them,
-report), ``simulate`` (compute and save one client's update), ``attack`` (attack a saved update),
-``run`` (an experiment file or a paper preset), ``report`` (HTML report of a run folder),
-``inspect`` (check a received model for imprint / trap-weight signatures), and the
-listings ``presets``, ``attacks``, ``models``, ``datasets``.
+``audit`` (audit a deployment — by default FedSGD and FedAvg clients on embedded data — under
+both threat models, with a verdict and a report; ``fedleak.audit``), ``simulate`` (compute and save
+one client's update), ``attack`` (attack a saved update), ``run`` (an experiment file or a paper
+preset), ``report`` (HTML report of a run folder), ``inspect`` (check a received model for imprint /
+trap-weight signatures), and the listings ``presets``, ``attacks``, ``models``, ``datasets``.
 
 Exit codes (``docs/errors.md``): 0 success; 2 bad input, one line ``fedleak: error: ...`` naming
 the problem (usage errors included); 1 an internal error, one line with ``internal error`` (the
@@ -127,10 +127,11 @@ _SEED = _int_type(0, MAX_SEED)
 # -- commands ------------------------------------------------------------------------------------
 
 def cmd_audit(args) -> int:
-    from .audit import run_audit
+    from .audit import audit
+    from .audit.arguments import config_from_args
 
-    run_audit(args.out, device=_device(args.device), seed=args.seed, quick=args.quick,
-              malicious=not args.no_malicious, show_progress=_show_progress(args))
+    quiet = args.quiet or args.no_progress
+    audit(config_from_args(args), out=args.out, progress=None if quiet else "auto")
     return 0
 
 
@@ -311,13 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub_add = sub.add_parser
     sub.add_parser = lambda *a, **k: sub_add(*a, parents=[common], **k)  # type: ignore[method-assign]
 
-    p = sub.add_parser("audit", help="simulate FedSGD/FedAvg clients on embedded data, attack them, write a report")
-    p.add_argument("--out", default="fedleak-report", type=_nonempty, help="report folder (default: fedleak-report)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=_SEED, default=0)
-    p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke test, about a minute)")
-    p.add_argument("--no-malicious", action="store_true", help="skip the malicious-server (imprint) section")
-    p.add_argument("--no-progress", action="store_true")
+    from .audit.arguments import add_arguments as audit_arguments
+
+    p = sub.add_parser("audit", help="audit your deployment (model, data, protocol, defenses): attacks, verdict, "
+                       "report; with no argument, the embedded default")
+    audit_arguments(p)
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("simulate", help="compute one client's update and save it (safetensors + JSON)")

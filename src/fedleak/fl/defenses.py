@@ -9,8 +9,14 @@ per-example gradient* is perturbed before the minibatch average —
   (``random_pruning_p``).
 
 ``clip`` optionally bounds each per-example gradient's global L2 norm first (the clipping step of
-DP-SGD, Abadi et al. 2016); with ``gaussian`` noise this is the DP-SGD mechanism without an
-accountant. The paper's defenses use no clipping.
+DP-SGD, Abadi et al. 2016). The paper's defenses use no clipping.
+
+``dp-sgd`` (``"dp-sgd:clip=C,noise=σ"``) is DP-SGD itself (Abadi et al. 2016, Alg. 1): every
+per-example gradient is clipped to norm C and the minibatch mean receives Gaussian noise
+N(0, σ²C²)/B, B the batch size. The noise is added here as B independent N(0, σ²C²/B) draws, one per
+example, whose sum has exactly the distribution N(0, σ²C²) of Alg. 1's single draw, so the client
+update's "defend each example, then average" path (:mod:`fedleak.fl.client`) runs it unchanged.
+ε for a federation is computed by :mod:`fedleak.fl.accounting` with Opacus's accountants.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ import torch
 from ..errors import FedleakError
 from ..types import Params
 
-KINDS = ("none", "gaussian", "laplacian", "pruning")
+KINDS = ("none", "gaussian", "laplacian", "pruning", "dp-sgd")
 _PAPER_NAMES = {"dp_gaussian": "gaussian", "dp_laplacian": "laplacian", "random_pruning": "pruning"}
 
 
 @dataclass(frozen=True)
 class Defense:
-    """A per-example gradient defense: ``kind`` with strength ``scale`` (σ, b or p) and optional ``clip``."""
+    """A per-example gradient defense: ``kind`` with strength ``scale`` (σ, b, p, or DP-SGD's noise
+    multiplier σ) and optional ``clip`` (required by ``dp-sgd``)."""
 
     kind: str = "none"
     scale: float = 0.0
@@ -39,12 +46,19 @@ class Defense:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise FedleakError(f"unknown defense {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.kind == "dp-sgd" and not self.scale > 0:
+            raise FedleakError(f"dp-sgd noise multiplier σ must be positive, got {self.scale}")
         if self.scale < 0:
             raise FedleakError(f"defense scale must be non-negative, got {self.scale}")
         if self.kind == "pruning" and not 0 <= self.scale < 1:
             raise FedleakError(f"pruning probability must be in [0, 1), got {self.scale}")
         if self.clip is not None and self.clip <= 0:
             raise FedleakError(f"clipping norm must be positive, got {self.clip}")
+        if self.kind == "dp-sgd":
+            if self.clip is None:
+                raise FedleakError("dp-sgd needs a clipping norm: use e.g. 'dp-sgd:clip=1,noise=0.5'")
+            if not self.scale > 0:
+                raise FedleakError(f"dp-sgd noise multiplier σ must be positive, got {self.scale}")
 
     @property
     def active(self) -> bool:
@@ -52,7 +66,8 @@ class Defense:
 
     @classmethod
     def parse(cls, text: str | dict | None) -> "Defense":
-        """Parse ``"gaussian:0.01"``, ``"dp_gaussian_0.01"`` (the paper's names), ``"none"`` or a dict."""
+        """Parse ``"gaussian:0.01"``, ``"dp_gaussian_0.01"`` (the paper's names), ``"gaussian:0.01,clip=1"``,
+        ``"dp-sgd:clip=1,noise=0.5"``, ``"none"`` or a dict."""
         if text is None:
             return cls()
         if isinstance(text, Defense):
@@ -66,11 +81,40 @@ class Defense:
         if match:
             return cls(_PAPER_NAMES[match.group(1)], float(match.group(2)))
         kind, _, rest = text.partition(":")
-        try:
-            scale = float(rest) if rest else 0.0
-        except ValueError:
-            raise FedleakError(f"cannot parse defense {text!r}; use e.g. 'gaussian:0.01' or 'dp_laplacian_0.02'") from None
-        return cls(kind, scale)
+        kind = kind.strip().lower()
+        if kind not in KINDS:
+            raise FedleakError(f"unknown defense {kind!r} in {text!r}; allowed: {', '.join(KINDS)}")
+        scale, clip = 0.0, None
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, value = part.partition("=")
+            key = key.strip() if eq else ("noise" if kind == "dp-sgd" else "scale")
+            value = value if eq else part
+            try:
+                number = float(value)
+            except ValueError:
+                raise FedleakError(f"cannot parse defense {text!r}: {part!r} is not a number; use e.g. "
+                                   "'gaussian:0.01', 'dp_laplacian_0.02' or 'dp-sgd:clip=1,noise=0.5'") from None
+            if key == "clip":
+                clip = number
+            elif key in ("scale", "noise", "sigma", "b", "p"):
+                scale = number
+            else:
+                raise FedleakError(f"unknown key {key!r} in defense {text!r}; allowed: clip, noise (dp-sgd), "
+                                   "or a bare strength")
+        return cls(kind, scale, clip)
+
+    def to_text(self) -> str:
+        """The spec :meth:`parse` reads back (``"none"``, ``"gaussian:0.01"``, ``"dp-sgd:clip=1,noise=0.5"``)."""
+        if self.kind == "dp-sgd":
+            return f"dp-sgd:clip={self.clip:g},noise={self.scale:g}"
+        if not self.active:
+            return "none"
+        text = f"{self.kind}:{self.scale:g}"
+        return text + (f",clip={self.clip:g}" if self.clip is not None else "")
+
+    def with_strength(self, strength: float) -> "Defense":
+        """The same defense at another strength (σ, b, p or DP-SGD's σ): what ``--sweep defense=`` varies."""
+        return Defense(self.kind, float(strength), self.clip)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -82,6 +126,11 @@ class Defense:
             grads = clip_per_example(grads, self.clip)
         if self.kind == "none" or self.scale == 0:
             return grads
+        if self.kind == "dp-sgd":
+            # B draws of N(0, σ²C²/B) per coordinate: their sum is Alg. 1's N(0, σ²C²) (module docstring)
+            batch = next(iter(grads.values())).shape[0]
+            std = self.scale * self.clip / batch ** 0.5
+            return {name: g + std * _randn_like(g, generator) for name, g in grads.items()}
         out = {}
         for name, g in grads.items():
             if self.kind == "gaussian":

@@ -1,0 +1,65 @@
+"""The ``fedleak audit`` command-line flags, and flags → :class:`AuditConfig`.
+
+Flags and ``--config audit.yaml`` keys are the same; a flag given on the command line wins over
+the file. ``cli.py`` only calls :func:`add_arguments` and :func:`config_from_args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .config import KNOBS, AuditConfig
+
+#: flag destinations that map 1:1 onto AuditConfig keys
+_KEYS = ("model", "weights", "model_seed", "data", "data_root", "samples", "clients", "algorithm", "epochs",
+         "batch_size", "lr", "static_batches", "rounds", "sample_rate", "delta", "sweep", "bins", "iterations",
+         "quick", "seed", "device")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="audit.yaml with the same keys as these flags (flags win)")
+    p.add_argument("--out", default="fedleak-report", help="report folder (default: fedleak-report)")
+    g = p.add_argument_group("what you deploy")
+    g.add_argument("--model", help="zoo name (fedleak models) or MODULE:FACTORY / path/to/file.py:FACTORY "
+                   "returning an nn.Module (called with the DataSpec if it takes an argument); default femnist-cnn")
+    g.add_argument("--weights", help="trained checkpoint: .safetensors, or a .pt/.pth state dict (weights_only)")
+    g.add_argument("--model-seed", type=int, help="seed of the model's initial weights (default 0)")
+    g.add_argument("--data", help="dataset name (fedleak datasets; default: digits, embedded)")
+    g.add_argument("--data-root", help="folder with the dataset files")
+    g.add_argument("--samples", type=int, help="samples per client N (default 4 FedSGD, 10 FedAvg)")
+    g.add_argument("--clients", type=int, help="clients (or aggregates) to audit; the report gives the distribution")
+    g.add_argument("--algorithm", choices=["fedsgd", "fedavg"], help="client protocol (default: both)")
+    g.add_argument("--epochs", type=int, help="local epochs E (FedAvg; default 5)")
+    g.add_argument("--batch-size", type=int, help="local batch size m (FedAvg; default 5)")
+    g.add_argument("--lr", type=float, help="client learning rate η (default 0.004)")
+    g.add_argument("--static-batches", action="store_true", default=None, help="no reshuffling between epochs")
+    g.add_argument("--defense", action="append", metavar="SPEC",
+                   help="repeatable: gaussian:σ, laplacian:b, pruning:p, dp-sgd:clip=C,noise=σ, secagg:K")
+    g.add_argument("--rounds", type=int, help="DP-SGD: rounds a client takes part in (default 1)")
+    g.add_argument("--sample-rate", type=float, help="DP-SGD: per-step sampling rate q (default batch size / N)")
+    g.add_argument("--delta", type=float, help="DP-SGD: δ of the (ε, δ) guarantee (default 1e-5)")
+    g = p.add_argument_group("what the audit does")
+    g.add_argument("--sweep", metavar="KNOB=V1,V2,...", help=f"one knob over values: {', '.join(KNOBS)}")
+    g.add_argument("--attacks", help="comma-separated attacks replacing the threat models' choice (fedleak attacks)")
+    g.add_argument("--no-malicious", action="store_true", default=None,
+                   help="skip the malicious server (clients verify the architecture they receive)")
+    g.add_argument("--bins", type=int, help="imprint bins of the malicious server (default 64)")
+    g.add_argument("--iterations", type=int, help="optimization steps of every attack (default: per attack)")
+    g.add_argument("--quick", action="store_true", default=None, help="short attack budgets (under a minute)")
+    g.add_argument("--seed", type=int)
+    g.add_argument("--device", help="cpu (default), cuda, cuda:1, mps")
+    g.add_argument("--quiet", action="store_true", help="no progress output")
+    g.add_argument("--no-progress", action="store_true", help="alias of --quiet for the progress bar")
+
+
+def config_from_args(args) -> AuditConfig:
+    """The YAML file (if any), then every flag given on the command line."""
+    base = AuditConfig.from_yaml(args.config) if args.config else AuditConfig()
+    given = {k: getattr(args, k) for k in _KEYS if getattr(args, k, None) is not None}
+    if args.defense:
+        given["defense"] = tuple(args.defense)
+    if args.attacks:
+        given["attacks"] = tuple(a.strip() for a in args.attacks.split(",") if a.strip())
+    if args.no_malicious:
+        given["malicious"] = False
+    return base.merged(given)

@@ -1,0 +1,301 @@
+"""What the user brings to an audit: model, checkpoint, data, protocol, defenses, sweep.
+
+One :class:`AuditConfig` is filled from CLI flags, from ``--config audit.yaml`` (the same keys, with
+``_`` or ``-``), or from keyword arguments of :func:`fedleak.audit`; :meth:`AuditConfig.resolve`
+checks every value once, at the boundary, and returns the :class:`Plan` the audit runs. Keys left
+unset mean the embedded default (``fedleak audit`` with no argument): digits, ``femnist-cnn``, a
+FedSGD client of 4 images and a FedAvg client of 10 images (5 epochs × 2 batches, lr 0.004).
+
+Defense specs (``--defense``, repeatable; ``defense:`` a string or a list):
+``gaussian:σ``, ``laplacian:b``, ``pruning:p`` (and the paper names ``dp_gaussian_σ`` …; optional
+``,clip=C``), ``dp-sgd:clip=C,noise=σ`` (optionally ``,rounds=R,sample_rate=q,delta=δ``, the
+federation's accounting parameters, also top-level keys) and ``secagg:K``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import FedleakError, check_options, unknown_choice
+from ..fl.accounting import check_privacy
+from ..fl.defenses import Defense
+from ..types import Protocol
+from .default import DEFAULT_BINS, DEFAULT_DATA, DEFAULT_MODEL, DEFAULT_PROTOCOLS
+
+#: knob -> (type, what it changes)
+KNOBS = {
+    "epochs": (int, "local epochs E (FedAvg)"),
+    "batch_size": (int, "local batch size m (FedAvg)"),
+    "lr": (float, "client learning rate η"),
+    "samples": (int, "samples per client N"),
+    "defense": (float, "strength of the defense: DP-SGD σ, Gaussian σ, Laplacian b, pruning p (0 = off)"),
+    "secagg": (int, "clients K summed by secure aggregation (1 = off)"),
+}
+SHORT_LABELS = {"epochs": "local epochs E", "batch_size": "local batch size m", "lr": "client learning rate η",
+                "samples": "samples per client N", "secagg": "clients per secure aggregate K"}
+DEFENSE_LABELS = {"dp-sgd": "DP-SGD noise multiplier σ", "gaussian": "Gaussian noise σ", "laplacian": "Laplacian noise b",
+                  "pruning": "pruning probability p"}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One knob and the values it takes; the audit runs once per value."""
+
+    knob: str
+    values: tuple
+
+    @classmethod
+    def parse(cls, text: Any) -> Optional["Sweep"]:
+        """``"KNOB=V1,V2,..."`` or ``{"knob": ..., "values": [...]}`` (YAML)."""
+        if text is None or text == "":
+            return None
+        if isinstance(text, dict):
+            check_options("sweep", text, ("knob", "values"))
+            knob, raw = text.get("knob"), text.get("values")
+            raw = raw if isinstance(raw, (list, tuple)) else str(raw if raw is not None else "").split(",")
+        else:
+            knob, eq, rest = str(text).partition("=")
+            if not eq:
+                raise FedleakError(f"--sweep expects KNOB=V1,V2,..., got {text!r}; knobs: {', '.join(KNOBS)}")
+            raw = rest.split(",")
+        knob = str(knob).strip().replace("-", "_")
+        if knob not in KNOBS:
+            raise unknown_choice("sweep knob", knob, KNOBS)
+        cast = KNOBS[knob][0]
+        items = [v.strip() if isinstance(v, str) else v for v in raw]
+        items = [v for v in items if v != ""]
+        if not items:
+            raise FedleakError(f"--sweep {knob}= has an empty value list; give e.g. {knob}=1,2,4")
+        values = []
+        for item in items:
+            try:
+                number = float(item)
+            except (TypeError, ValueError):
+                raise FedleakError(f"sweep value {item!r} for {knob} is not a number") from None
+            if not math.isfinite(number) or number < 0:
+                raise FedleakError(f"sweep value {item!r} for {knob} must be a finite number >= 0")
+            if cast is int:
+                if not number.is_integer() or number < 1:
+                    raise FedleakError(f"sweep values for {knob} must be positive integers, got {item!r}")
+                number = int(number)
+            elif knob == "lr" and number <= 0:
+                raise FedleakError(f"sweep values for lr must be positive, got {item!r}")
+            values.append(number)
+        if len(set(values)) != len(values):
+            raise FedleakError(f"sweep values for {knob} repeat: {items}")
+        return cls(knob, tuple(values))
+
+    def label(self, defense: Defense) -> str:
+        """A short axis label: the knob in words, the defense's own parameter for ``defense``."""
+        if self.knob == "defense":
+            return DEFENSE_LABELS.get(defense.kind, "defense strength")
+        return SHORT_LABELS[self.knob]
+
+    def to_json(self, defense: Optional[Defense] = None) -> dict:
+        return {"knob": self.knob, "values": list(self.values), "meaning": KNOBS[self.knob][1],
+                "label": self.label(defense or Defense())}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One protocol the audited clients run, with their number of samples."""
+
+    key: str
+    protocol: Protocol
+    samples: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated audit configuration at one sweep value."""
+
+    scenarios: tuple[Scenario, ...]
+    defense: Defense
+    secagg: int
+    rounds: int
+    sample_rate: Optional[float]
+    delta: float
+
+    @property
+    def dp(self) -> bool:
+        return self.defense.kind == "dp-sgd"
+
+
+@dataclass
+class AuditConfig:
+    """Every audit setting; ``None`` means "the embedded default" where that has a meaning."""
+
+    model: str = DEFAULT_MODEL
+    weights: Optional[str] = None
+    model_seed: int = 0
+    data: str = DEFAULT_DATA
+    data_root: Optional[str] = None
+    samples: Optional[int] = None
+    clients: int = 1
+    algorithm: Optional[str] = None
+    epochs: Optional[int] = None
+    batch_size: Optional[int] = None
+    lr: Optional[float] = None
+    static_batches: bool = False
+    defense: tuple = ()
+    rounds: int = 1
+    sample_rate: Optional[float] = None
+    delta: float = 1e-5
+    sweep: Any = None
+    attacks: Optional[tuple] = None
+    malicious: bool = True
+    bins: int = DEFAULT_BINS
+    iterations: Optional[int] = None
+    quick: bool = False
+    seed: int = 0
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict, repr=False)
+
+    # -- sources ----------------------------------------------------------------------------
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "extra"]
+
+    @classmethod
+    def from_mapping(cls, values: dict, where: str = "audit config") -> "AuditConfig":
+        """Keys as in the CLI (``batch-size`` or ``batch_size``); unknown keys are named."""
+        if not isinstance(values, dict):
+            raise FedleakError(f"{where} must be a mapping of keys to values, got {type(values).__name__}")
+        clean = {str(k).replace("-", "_"): v for k, v in values.items()}
+        if "no_malicious" in clean:
+            clean["malicious"] = not clean.pop("no_malicious")
+        check_options(where, clean, cls.keys())
+        for key in ("defense", "attacks"):
+            if isinstance(clean.get(key), str):
+                clean[key] = tuple(s for s in (x.strip() for x in clean[key].split(";" if key == "defense" else ","))
+                                   if s)
+            elif isinstance(clean.get(key), list):
+                clean[key] = tuple(clean[key])
+        return cls(**clean)
+
+    @classmethod
+    def from_yaml(cls, path) -> "AuditConfig":
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise FedleakError(f"audit config {path} does not exist")
+        try:
+            values = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise FedleakError(f"audit config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        return cls.from_mapping(values, f"audit config {path}")
+
+    def merged(self, overrides: dict) -> "AuditConfig":
+        """This config with ``overrides`` (keys explicitly given on the command line) replacing its values."""
+        return replace(self, **{k: v for k, v in overrides.items()})
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.pop("extra")
+        out["defense"] = list(self.defense)
+        out["attacks"] = list(self.attacks) if self.attacks else None
+        sweep = Sweep.parse(self.sweep)
+        out["sweep"] = sweep.to_json(parse_defenses(self.defense)[0]) if sweep else None
+        return out
+
+    # -- validation -------------------------------------------------------------------------
+    def sweep_plan(self) -> Optional[Sweep]:
+        return Sweep.parse(self.sweep)
+
+    def resolve(self, **at) -> Plan:
+        """The :class:`Plan` with sweep knob values ``at`` (e.g. ``epochs=2``) applied."""
+        _integer("clients", self.clients, 1)
+        _integer("seed", self.seed, 0)
+        _integer("bins", self.bins, 1)
+        if self.iterations is not None:
+            _integer("iterations", self.iterations, 1)
+        defense, secagg, privacy = parse_defenses(self.defense)
+        rounds = _integer("rounds", privacy.get("rounds", self.rounds), 1)
+        sample_rate = privacy.get("sample_rate", self.sample_rate)
+        delta = privacy.get("delta", self.delta)
+        if "defense" in at:
+            defense = _at_strength(defense, at["defense"])
+        if "secagg" in at:
+            secagg = int(at["secagg"])
+        if self.algorithm is None:
+            algorithms = list(DEFAULT_PROTOCOLS)
+        elif self.algorithm in DEFAULT_PROTOCOLS:
+            algorithms = [self.algorithm]
+        else:
+            raise unknown_choice("algorithm", self.algorithm, DEFAULT_PROTOCOLS)
+        scenarios = []
+        for algorithm in algorithms:
+            samples, epochs, batch, lr = DEFAULT_PROTOCOLS[algorithm]
+            samples = _integer("samples", at.get("samples", self.samples if self.samples is not None else samples), 1)
+            epochs = at.get("epochs", self.epochs if self.epochs is not None else epochs)
+            batch = at.get("batch_size", self.batch_size if self.batch_size is not None else batch)
+            lr = at.get("lr", self.lr if self.lr is not None else lr)
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+                raise FedleakError(f"lr must be a number, got {lr!r}")
+            protocol = Protocol(algorithm, _integer("epochs", epochs, 1), batch, float(lr), not self.static_batches)
+            scenarios.append(Scenario(algorithm, protocol, samples))
+        if defense.kind == "dp-sgd":
+            if sample_rate is not None:
+                check_privacy(defense.scale, _number("sample_rate", sample_rate), _number("delta", delta))
+            else:
+                check_privacy(defense.scale, 1.0, _number("delta", delta))
+        return Plan(tuple(scenarios), defense, secagg, rounds, sample_rate, float(delta))
+
+
+def _integer(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < minimum:
+        raise FedleakError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _number(name: str, value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise FedleakError(f"{name} must be a number, got {value!r}") from None
+
+
+def _at_strength(defense: Defense, strength: float) -> Defense:
+    """The defense at a sweep strength; 0 switches it off (the undefended baseline of the curve)."""
+    if defense.kind == "none":
+        raise FedleakError("--sweep defense=... needs a defense to vary: add e.g. --defense dp-sgd:clip=1,noise=1")
+    if strength == 0:
+        return Defense()
+    return defense.with_strength(strength)
+
+
+def parse_defenses(specs) -> tuple[Defense, int, dict]:
+    """``(per-example defense, secure-aggregation K, DP accounting keys)`` from the defense specs."""
+    if isinstance(specs, str):
+        specs = [specs]
+    defense, secagg, privacy = Defense(), 1, {}
+    for spec in specs or ():
+        if isinstance(spec, dict):
+            spec = ",".join(f"{k}={v}" for k, v in spec.items())  # not reached from YAML lists of strings
+        text = str(spec).strip()
+        kind, _, rest = text.partition(":")
+        kind = kind.strip().lower()
+        if kind == "secagg":
+            secagg = _integer("secagg K (clients per aggregate)", _number("secagg K", rest or "x"), 1)
+            continue
+        if kind == "dp-sgd":
+            keep = []
+            for part in filter(None, (p.strip() for p in rest.split(","))):
+                key, eq, value = part.partition("=")
+                key = key.strip().replace("-", "_")
+                if eq and key in ("rounds", "sample_rate", "delta"):
+                    privacy[key] = _number(f"dp-sgd {key}", value)
+                else:
+                    keep.append(part)
+            text = "dp-sgd:" + ",".join(keep)
+        parsed = Defense.parse(text)
+        if parsed.active and defense.active:
+            raise FedleakError(f"one per-example defense at a time: got {defense.to_text()!r} and {text!r}")
+        defense = parsed if parsed.active else defense
+    if "rounds" in privacy:
+        privacy["rounds"] = _integer("dp-sgd rounds", privacy["rounds"], 1)
+    return defense, secagg, privacy

@@ -1,0 +1,173 @@
+"""The audited model: a zoo name or the user's ``MODULE:FACTORY``, optionally with trained weights.
+
+* ``NAME`` — :func:`fedleak.models.build` (``fedleak models`` lists them).
+* ``MODULE:FACTORY`` — ``MODULE`` an importable module (the working directory is searched first, as
+  ``python -m`` does) or a path to a ``.py`` file; ``FACTORY`` a callable in it returning an
+  ``nn.Module``, called with the :class:`~fedleak.types.DataSpec` if it takes a positional argument,
+  else with none, under a fixed torch seed (``model_seed``) so the weights are reproducible.
+* ``weights`` — a ``.safetensors`` file, or a ``.pt``/``.pth`` state dict read with
+  ``torch.load(weights_only=True)`` (never unpickled); checked against the architecture name by
+  name (missing, unexpected and wrong-shape entries are named in the error).
+
+:func:`check_fits` runs the model on one client input, so data of the wrong shape fails here, with
+one line, before any attack starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..errors import FedleakError
+from ..types import DataSpec
+
+
+def is_factory_path(name: str) -> bool:
+    return ":" in name
+
+
+def _import(module_name: str):
+    if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+        path = Path(module_name)
+        if not path.is_file():
+            raise FedleakError(f"model module file {path} does not exist")
+        spec = importlib.util.spec_from_file_location(f"fedleak_user_model_{abs(hash(str(path.resolve())))}", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the user's module: any error is theirs, reported in one line
+            raise FedleakError(f"model module {path} failed to import: {type(exc).__name__}: {exc}") from None
+        return module
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise FedleakError(f"model module {module_name!r} cannot be imported ({exc}); give an importable module "
+                           "or a .py path, e.g. mymodels:build or path/to/models.py:build") from None
+    except Exception as exc:
+        raise FedleakError(f"model module {module_name!r} failed to import: {type(exc).__name__}: {exc}") from None
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _takes_argument(factory) -> bool:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+
+
+def build_model(name: str, spec: DataSpec, seed: int = 0) -> nn.Module:
+    """The model named by ``name`` (zoo name or ``MODULE:FACTORY``) for ``spec``, on CPU, float32."""
+    from .. import models
+
+    if not isinstance(name, str) or not name.strip():
+        raise FedleakError(f"model must be a zoo name or MODULE:FACTORY, got {name!r}")
+    if not is_factory_path(name):
+        return models.build(name, spec, seed=seed)
+    module_name, _, attr = name.rpartition(":")
+    if not module_name or not attr:
+        raise FedleakError(f"model {name!r}: expected MODULE:FACTORY, e.g. mymodels:build")
+    module = _import(module_name)
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise FedleakError(f"model module {module_name!r} has no attribute {attr!r}")
+    if not callable(factory):
+        raise FedleakError(f"model factory {name!r} is not callable")
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(int(seed))
+        try:
+            model = factory(spec) if _takes_argument(factory) else factory()
+        except Exception as exc:
+            raise FedleakError(f"model factory {name!r} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise FedleakError(f"model factory {name!r} returned {type(model).__name__}, not a torch.nn.Module")
+    return model.to(device="cpu", dtype=torch.float32).train()
+
+
+def read_weights(path) -> dict:
+    """A state dict from ``.safetensors`` or (``weights_only=True``) ``.pt``/``.pth``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FedleakError(f"weights file {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise FedleakError(f"weights file {path} is not a valid safetensors file: {exc}") from None
+    if suffix in (".pt", ".pth"):
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as exc:  # weights_only refuses anything but tensors and plain containers
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise FedleakError(f"weights file {path} cannot be read with weights_only=True: {first}") from None
+        if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+            state = state["state_dict"]
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise FedleakError(f"weights file {path} does not hold a state dict of tensors")
+        return state
+    raise FedleakError(f"weights file {path}: unsupported format {suffix or '(none)'}; use .safetensors, .pt or .pth")
+
+
+def load_weights(model: nn.Module, path) -> nn.Module:
+    """Load ``path`` into ``model`` after checking every name and shape against the architecture."""
+    state = read_weights(path)
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    wrong = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
+             if k in state and tuple(state[k].shape) != tuple(v.shape)]
+    problems = []
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape (file vs model)", wrong)):
+        if items:
+            shown = ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+            problems.append(f"{label}: {shown}")
+    if problems:
+        raise FedleakError(f"weights {path} do not fit the model: " + "; ".join(problems))
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise FedleakError(f"weights {path} hold NaN or inf in {', '.join(bad[:5])}")
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
+    return model
+
+
+def check_fits(model: nn.Module, inputs: torch.Tensor, spec: DataSpec, model_name: str) -> None:
+    """One forward pass on one input: the output must be (1, number of classes)."""
+    try:
+        with torch.no_grad():
+            was = model.training
+            model.eval()
+            out = model(inputs[:1])
+            model.train(was)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FedleakError(f"data of shape {tuple(inputs.shape[1:])} does not fit model {model_name!r}: {first}") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, spec.num_classes):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise FedleakError(f"model {model_name!r} maps one input of shape {tuple(inputs.shape[1:])} to {shape}, "
+                           f"expected (1, {spec.num_classes}) logits for the {spec.num_classes} classes of {spec.name}")
+
+
+def prepare_model(name: str, spec: DataSpec, *, seed: int = 0, weights: Optional[str] = None) -> nn.Module:
+    """Build, load weights, return on CPU (the caller moves it to the device)."""
+    model = build_model(name, spec, seed=seed)
+    if weights:
+        load_weights(model, weights)
+    return model

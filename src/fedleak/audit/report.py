@@ -1,0 +1,243 @@
+"""The audit's outputs: ``report.html`` (verdicts first), the printed table, "what to change".
+
+The HTML is one self-contained file (inline CSS, PNGs as data URIs, built from the pieces of
+:mod:`fedleak.report`); every plot is also saved as a PNG next to it. Column names are written
+for people (:data:`COLUMNS`), the imprint result is stated once (verbatim count at 60 dB, the
+Rec% threshold, Proposition 1's expectation), and unrecovered images are labelled in the grids.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Optional
+
+from PIL import Image
+
+from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
+from . import figures
+from .threats import HONEST, MALICIOUS
+from .verdict import COLOURS, RULE
+
+#: JSON key -> column title
+COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "psnr": "Mean PSNR (dB)", "ssim": "SSIM",
+           "rec_percent": "Recognizable images (%)", "rec_range": "Per-client range (%)", "iip": "Identified images (IIP, %)",
+           "label_count_error": "Label-count error", "seconds": "Attack time (s)"}
+THREAT_TITLES = {HONEST: "Honest-but-curious server", MALICIOUS: "Malicious server"}
+_EXTRA_CSS = """
+.verdicts { display: flex; flex-wrap: wrap; gap: 1rem; margin: 1rem 0 .5rem; }
+.verdict { flex: 1 1 300px; border-radius: 8px; padding: .8rem 1rem; color: #fff; }
+.verdict .level { font-size: 1.5rem; font-weight: 700; letter-spacing: .02em; }
+.verdict p { margin: .3rem 0 0; }
+.rule { color: var(--muted); font-size: .9rem; }
+td.v { color: #fff; font-weight: 600; }
+"""
+
+
+def rows(point: dict) -> list[dict]:
+    """One row per (scenario, attack) with the human column names."""
+    out = []
+    for key, scenario in point["scenarios"].items():
+        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
+        for name, s in attacks.items():
+            label = f"{s['title']} [{name}]" + (f", {s['bins']} bins" if key == "malicious" else "")
+            row = {**{k: s.get(k) for k in COLUMNS if k in s}, "scenario": key, "attack": label}
+            if row.get("iip") is not None:
+                row["iip"] = 100.0 * row["iip"]
+            if s.get("targets", 1) > 1:
+                row["rec_range"] = f"{s['rec_percent_min']:.0f}–{s['rec_percent_max']:.0f}"
+            out.append({COLUMNS[k]: row.get(k) for k in COLUMNS})
+    return out
+
+
+def _columns(table: list[dict]) -> list[str]:
+    """Every column, the per-client range only when some attack ran on several clients."""
+    return [c for c in COLUMNS.values() if c != COLUMNS["rec_range"] or any(r.get(c) for r in table)]
+
+
+def printed_table(point: dict) -> str:
+    table = rows(point)
+    return markdown_table(table, [c for c in _columns(table) if c != COLUMNS["seconds"]])
+
+
+def verdict_sentence(name: str, tm: dict, prefix: bool = True) -> str:
+    head = f"{THREAT_TITLES[name]}: {tm['verdict'].upper()} leakage. " if prefix else ""
+    if tm["verdict"] == "not run":
+        return f"{THREAT_TITLES[name]}: not evaluated (no attack of this threat model ran)."
+    return (f"{head}Its strongest attack, {tm['strongest']}, reconstructs {tm['rec_percent']:.0f}% of a client's "
+            f"images recognizably (best mean PSNR {tm['psnr']:.1f} dB).")
+
+
+def imprint_sentence(mal: dict) -> str:
+    """The malicious result, stated once: verbatim count, Rec% threshold, Proposition 1's expectation."""
+    n = mal["num_inputs"]
+    return (f"The server ships a {mal['bins']}-bin imprint block ({mal['added_parameters']:,} parameters) in front of "
+            f"the model. From the update it reads back {mal['verbatim_count']} of {n} images verbatim (PSNR above "
+            f"{mal['verbatim_db']:.0f} dB); Proposition 1 of Fowl et al. expects {mal['expected_count']:.1f} of {n} "
+            f"(inputs alone in their bin). {mal['rec_percent']:.0f}% of the images are recognizable (PSNR above "
+            f"{mal['threshold']:g} dB), with no optimization, in {mal['seconds']:.2f} s.")
+
+
+def what_to_change(result: dict) -> list[str]:
+    """The sweep settings under which every threat model's verdict is low (and the honest one's)."""
+    sweep = result.get("sweep")
+    if not sweep:
+        return ["No sweep was run. Sweep a setting to find one that brings the verdict to low, e.g. "
+                "--sweep defense=0,0.5,1,2 with --defense dp-sgd:clip=1,noise=1 (ε is reported), "
+                "--sweep secagg=1,2,4,8, or --sweep epochs=1,5,10 for FedAvg."]
+    knob = sweep["label"]
+    all_low = [p["value"] for p in result["points"] if all(t["verdict"] in ("low", "not run")
+                                                            for t in p["threat_models"].values())]
+    honest_low = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "low"]
+    lines = []
+    if all_low:
+        lines.append(f"Every threat model's verdict is low at {knob} = {', '.join(f'{v:g}' for v in all_low)}.")
+    elif honest_low:
+        lines.append(f"The honest-but-curious server's verdict is low at {knob} = "
+                     f"{', '.join(f'{v:g}' for v in honest_low)}; the malicious server still leaks there, so "
+                     "clients should also verify the model architecture they receive (or run with --no-malicious "
+                     "if they already do).")
+    else:
+        lines.append(f"No value of {knob} in this sweep ({', '.join(f'{v:g}' for v in sweep['values'])}) brings the "
+                     "verdict to low; extend the sweep (stronger defense, more clients per aggregate) and rerun.")
+    for p in result["points"]:
+        eps = epsilon_text(p)
+        if eps and p["threat_models"][HONEST]["verdict"] == "low":
+            lines.append(f"At {knob} = {p['value']:g} the clients' DP guarantee is {eps}.")
+    return lines
+
+
+def epsilon_text(point: dict) -> Optional[str]:
+    parts = []
+    for key, e in point.get("epsilon", {}).items():
+        if e.get("epsilon_rdp") is not None:
+            prv = f", PRV {e['epsilon_prv']:.2f}" if e.get("epsilon_prv") is not None else ""
+            parts.append(f"ε = {e['epsilon_rdp']:.2f} (RDP{prv}) at δ = {e['delta']:g} for {key}")
+    return "; ".join(parts) or None
+
+
+def _verdict_boxes(point: dict) -> str:
+    boxes = []
+    for name, tm in point["threat_models"].items():
+        colour = COLOURS.get(tm["verdict"], COLOURS["not run"])
+        boxes.append(f'<div class="verdict" style="background:{colour}" data-verdict="{html.escape(tm["verdict"])}">'
+                     f'<div>{html.escape(THREAT_TITLES[name])}</div>'
+                     f'<div class="level">{html.escape(tm["verdict"].upper())} leakage</div>'
+                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False))}</p></div>')
+    return '<div class="verdicts" id="verdicts">' + "".join(boxes) + "</div>"
+
+
+def _sweep_verdict_table(result: dict) -> str:
+    knob = result["sweep"]["label"]
+    head = [knob, "ε (RDP)"] + [THREAT_TITLES[n] for n in result["points"][0]["threat_models"]]
+    body = []
+    for p in result["points"]:
+        eps = [e.get("epsilon_rdp") for e in p.get("epsilon", {}).values() if e.get("epsilon_rdp") is not None]
+        no_dp = "∞ (no DP)" if result["sweep"]["knob"] == "defense" else "—"
+        cells = [f"<td>{p['value']:g}</td>", f"<td>{max(eps):.2f}</td>" if eps else f"<td>{no_dp}</td>"]
+        for tm in p["threat_models"].values():
+            colour = COLOURS.get(tm["verdict"], COLOURS["not run"])
+            cells.append(f'<td class="v" style="background:{colour}">{html.escape(tm["verdict"])}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return ('<div class="table-wrap" id="verdicts"><table><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>")
+
+
+def _section(title: str, anchor: str, *parts: str) -> str:
+    return f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{"".join(parts)}</section>'
+
+
+def _setup_text(result: dict) -> str:
+    c = result["config"]
+    lines = [f"Model: {c['model']}" + (f" with weights {c['weights']}" if c.get("weights") else " (untrained)")
+             + f". Data: {result['data']} ({c['clients']} audited client(s) or aggregate(s)).",
+             f"Defense: {', '.join(c['defense']) if c['defense'] else 'none'}."]
+    lines += [p["text"] for p in result["points"][0]["scenarios"].values() if p.get("text")]
+    eps = epsilon_text(result["points"][0])
+    if eps:
+        lines.append(f"Differential privacy (Opacus accountants, {c['rounds']} round(s)): {eps}.")
+    return "\n\n".join(lines)
+
+
+def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
+    """``report.html`` in ``out``; ``examples`` per point: {(scenario, attack): Example}; ``plots``: name -> image."""
+    first = result["points"][0]
+    title = "fedleak audit: what a server can reconstruct from your clients' updates"
+    parts = []
+    verdict_html = _sweep_verdict_table(result) if result.get("sweep") else _verdict_boxes(first)
+    parts.append(_section("Verdict", "verdict", verdict_html, f'<p class="rule">Rule: {html.escape(RULE)}</p>'))
+    parts.append(_section("What to change", "what-to-change", _html_text("\n\n".join(result["what_to_change"]))))
+    parts.append(_section("Setup", "setup", _html_text(_setup_text(result))))
+    shown = [0] if len(result["points"]) == 1 else [0, len(result["points"]) - 1]
+    for index in shown:
+        point = result["points"][index]
+        label = "" if not result.get("sweep") else f" at {result['sweep']['label']} = {point['value']:g}"
+        table = rows(point)
+        body = [_html_table(table, _columns(table), ".2f")]
+        if "malicious" in point["scenarios"]:
+            body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
+        images = [(f"{scenario}: {attack}: originals (top) vs reconstructions (bottom); red frame: not recovered",
+                   figures.labelled_grid(ex.originals, ex.reconstructions, ex.psnr, ex.threshold))
+                  for (scenario, attack), ex in examples[index].items()]
+        body.append(_html_images(images))
+        parts.append(_section(f"Results{label}", f"results-{index}", *body))
+    plot_images = [(caption, img) for caption, img in plots.values()]
+    parts.append(_section("Plots", "plots", _html_images(plot_images)))
+    parts.append(_section("How to read this report", "how-to-read", _html_text(
+        "Each grid pairs a client's private image (top) with what the server reconstructed from the update alone "
+        "(bottom), matched by PSNR (Hungarian assignment). PSNR above the threshold (20 dB; 19 dB for CIFAR-100) "
+        "is recognizable; pairs at or below it are framed red and labelled 'not recovered'. Identified images "
+        "(IIP) is the share whose reconstruction is closer to its original than to any other of the client's "
+        "images. metrics.json holds every number, the full configuration and one entry per sweep value.")))
+    document = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                f"<title>{html.escape(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head>\n"
+                f"<body><main><h1>{html.escape(title)}</h1>\n" + "\n".join(parts)
+                + "\n<footer>Generated by fedleak audit.</footer></main></body></html>\n")
+    path = out / "report.html"
+    path.write_text(document, encoding="utf-8")
+    return path
+
+
+def make_plots(result: dict, examples: list) -> dict:
+    """name -> (caption, PIL image): the PSNR distribution and, with a sweep, the leakage curve."""
+    first = result["points"][0]
+    series, threshold = {}, 20.0
+    for key, scenario in first["scenarios"].items():
+        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
+        for name, s in attacks.items():
+            series[f"{key}: {s['title']}"] = s["psnr_per_input"]
+            threshold = s["threshold"]
+    plots = {"psnr-distribution": ("Per-image PSNR of each attack" + (
+        f" at {result['sweep']['label']} = {first['value']:g}" if result.get("sweep") else ""),
+        figures.psnr_distribution(series, threshold))}
+    sweep = result.get("sweep")
+    if sweep:
+        values = [p["value"] for p in result["points"]]
+        curves = {THREAT_TITLES[n]: [p["threat_models"][n]["rec_percent"] for p in result["points"]]
+                  for n in first["threat_models"]}
+        psnr_curves = {}
+        for key, scenario in first["scenarios"].items():
+            names = [scenario["attack"]] if key == "malicious" else list(scenario["attacks"])
+            for t in names:
+                title = scenario["title"] if key == "malicious" else scenario["attacks"][t]["title"]
+                psnr_curves[f"{key}: {title}"] = [
+                    (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][t]).get("psnr")
+                    for p in result["points"]]
+        epsilon = None
+        if any(p.get("epsilon") for p in result["points"]):
+            epsilon = [max((e.get("epsilon_rdp") for e in p.get("epsilon", {}).values()
+                            if e.get("epsilon_rdp") is not None), default=None) for p in result["points"]]
+        plots["leakage-curve"] = (f"Leakage vs {sweep['label']}" + (" with ε" if epsilon else ""),
+                                  figures.leakage_curve(sweep["label"], values, curves, psnr_curves, epsilon,
+                                                        threshold))
+    return plots
+
+
+def save_plots(out: Path, plots: dict) -> list[str]:
+    names = []
+    for name, (_, img) in plots.items():
+        assert isinstance(img, Image.Image)
+        img.save(out / f"{name}.png", format="PNG")
+        names.append(f"{name}.png")
+    return names
