@@ -147,6 +147,34 @@ def test_agic_modifier_only_for_relu_networks():
     assert set(w) == {n for n, _ in model.named_parameters()}
 
 
+def test_agic_weights_on_resnet20_4_follow_table_i_and_eq_8():
+    """The AGIC setting itself: ResNet20-4 has N_conv = 21 (Table I caption), counted in
+    registration order with each 1×1 shortcut after its block's second convolution (torchvision's
+    BasicBlock order, as in the inversefed code AGIC builds on); α = l_i·z_i from the received
+    gradient's zeros, the FC at mean l_i = (1 + β)/2, BN at the weight of the conv it follows."""
+    from fedleak.models import build as build_model
+    from fedleak.types import DataSpec
+
+    spec = DataSpec("cifar-like", (3, 32, 32), 10, (0.5,) * 3, (0.25,) * 3)
+    model = build_model("resnet20-4", spec, seed=0).eval()
+    found = layers(model)
+    convs = [layer for layer in found if layer.kind == "conv"]
+    assert len(convs) == 21
+    x = torch.randn((1, 3, 32, 32), generator=torch.Generator().manual_seed(0))
+    loss = nn.functional.cross_entropy(model(x), torch.tensor([3]))
+    names = [n for n, _ in model.named_parameters()]
+    grad = dict(zip(names, torch.autograd.grad(loss, list(model.parameters()))))
+    w = agic_layer_weights(model, grad, beta=50.0)
+    line = conv_line(21, 50.0)
+    for layer, l_i in zip(convs, line):
+        z = relu_modifier(zero_fraction([grad[n] for n in layer.param_names]))
+        assert w[layer.param_names[0]] == pytest.approx(l_i * z)
+    assert any(w[c.param_names[0]] > l for c, l in zip(convs, line))  # the modifier is active here
+    assert w["fc.weight"] == w["fc.bias"] == pytest.approx(25.5)
+    assert w["layer3.0.downsample.1.weight"] == w["layer3.0.downsample.0.weight"]
+    assert w["bn1.weight"] == w["conv1.weight"]
+
+
 # ----------------------------------------------------------------------------------------------
 # AWA
 
