@@ -24,17 +24,17 @@ LR = 0.05
 
 
 def federation(tmp_path, *, clients=2, rounds=2, samples=4, epochs=2, batch=2, malicious=False, inspect=False,
-               client_app=None, **audit_options):
+               client_app=None, strategy_cls=None, share=False, blocking=True, **audit_options):
     """Run a federation of LeNet clients on digits; returns (audit, data parts, initial model)."""
     from flwr.serverapp.strategy import FedAvg
 
     spec, parts = fedleak.data.load("digits", num_clients=clients, samples_per_client=samples, seed=0)
     model = federation_model(spec, malicious)
-    app = client_app or make_client_app(parts, lambda: federation_model(spec, malicious), inspect=inspect)
+    app = client_app or make_client_app(parts, lambda: federation_model(spec, malicious), inspect=inspect, share=share)
 
     def audit_fn():
-        strategy = FedAvg(fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients)
-        return LeakageAudit(strategy, model, tmp_path, spec=spec, blocking=True,
+        strategy = (strategy_cls or FedAvg)(fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients)
+        return LeakageAudit(strategy, model, tmp_path, spec=spec, blocking=blocking,
                             protocol=Protocol("fedavg", lr=LR, reshuffle=False), **audit_options)
 
     holder = {}
@@ -44,7 +44,8 @@ def federation(tmp_path, *, clients=2, rounds=2, samples=4, epochs=2, batch=2, m
 
 
 def test_recorded_updates_are_the_clients_true_updates(tmp_path):
-    holder, parts, model, _ = federation(tmp_path, attack=None)
+    """Non-blocking worker pool (start waits at the end); a shared batch is stripped before FedAvg."""
+    holder, parts, model, _ = federation(tmp_path, attack=None, blocking=False, share=True)
     records = [json.loads(line) for line in (tmp_path / "leakage.jsonl").read_text().splitlines()]
     assert sorted((r["round"], r["client"], r["status"]) for r in records) == \
         [(1, 1, "recorded"), (1, 2, "recorded"), (2, 1, "recorded"), (2, 2, "recorded")]
@@ -84,6 +85,16 @@ def test_inspector_mod_refuses_the_imprinted_model_and_passes_an_honest_one(tmp_
     federation(tmp_path / "good", rounds=1, inspect=True, attack=None)
     good = [json.loads(line) for line in (tmp_path / "good" / "leakage.jsonl").read_text().splitlines()]
     assert [r["status"] for r in good] == ["recorded", "recorded"]
+
+
+def test_any_message_api_strategy_can_be_wrapped(tmp_path):
+    """FedProx adds its proximal term to the train config; the audit records the replies unchanged."""
+    from flwr.serverapp.strategy import FedProx
+
+    holder, *_ = federation(tmp_path, rounds=1, attack=None, strategy_cls=FedProx)
+    assert [r["status"] for r in holder["audit"].records] == ["recorded", "recorded"]
+    update = Update.load(holder["audit"].records[0]["update"])
+    assert "proximal-mu" in update.metadata["train_config"] and holder["result"].arrays is not None
 
 
 def test_bad_replies_are_recorded_as_rejected_and_never_crash_the_federation(tmp_path):

@@ -50,6 +50,22 @@ def test_honest_models_pass_at_init_and_after_fedavg_rounds(digits, name):
     assert not inspect_model(model).suspicious, inspect_model(model).summary()
 
 
+def test_rank_one_honest_layers_and_zeroed_convolutions_are_not_decisive():
+    """A zero-initialized linear layer after one gradient step on one input has parallel rows, but
+    all of them share one threshold: no bins. A zeroed convolution (Fixup init) is reported only."""
+    layer = torch.nn.Linear(32, 10)
+    torch.nn.init.zeros_(layer.weight)
+    torch.nn.init.zeros_(layer.bias)
+    torch.nn.functional.cross_entropy(layer(torch.randn(1, 32)), torch.tensor([3])).backward()
+    with torch.no_grad():
+        layer.weight -= 0.1 * layer.weight.grad
+        layer.bias -= 0.1 * layer.bias.grad
+    zeroed = torch.zeros(8, 8, 3, 3)
+    inspection = inspect_state({"fc.weight": layer.weight, "fc.bias": layer.bias, "conv.weight": zeroed})
+    assert {f.signature for f in inspection.findings} == {"imprint-rows", "linearized-convolution"}
+    assert not inspection.suspicious and all(f.confidence < 0.5 for f in inspection.findings)
+
+
 def test_renamed_parameters_do_not_hide_the_block(digits):
     spec, _ = digits
     state = imprint(fedleak.models.build("lenet", spec), spec, bins=8).state_dict()

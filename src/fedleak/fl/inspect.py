@@ -10,7 +10,9 @@ for the structures those attacks need:
   a bin of h. The rows are parallel (cumulative: equal rows; sparse/thresholded: rows scaled by
   1/δᵢ; one-shot: two rows). Test: every non-zero row's |cos| with the layer's top singular
   vector. Random or trained rows of ≥ 8 inputs are never parallel to 10⁻³; the confidence is the
-  fraction of aligned rows, and the bins are reported as the thresholds tᵢ = −bᵢ/⟨Wᵢ, u⟩.
+  fraction of aligned rows, and the bins are reported as the thresholds tᵢ = −bᵢ/⟨Wᵢ, u⟩. Parallel
+  rows sharing one threshold (or without a bias) form no bins — a zero-initialized layer after one
+  gradient step on one input is rank one too — and are reported at confidence 0.3 only.
 * ``trap-weights`` (Boenisch et al. §4, as in :func:`fedleak.models.imprint`'s ``cah``): rows
   with a fixed share of negative entries. Honest weights have independent signs, so the share of
   negative entries per row varies like a binomial proportion; trap rows vary far less. Test: the
@@ -18,7 +20,8 @@ for the structures those attacks need:
   freedom; confidence = 1 − p.
 * ``linearized-convolution`` (Fowl et al. App. A.5): a convolution whose kernel is all zeros or
   a Dirac identity — the layers in front of a deep imprint block are made near-identity maps.
-  Supporting evidence only (confidence 0.6): deliberately pruned models can have zeroed layers.
+  Supporting evidence only (confidence 0.4, below the default threshold): honest initializations
+  can zero a layer (Fixup) or use Dirac kernels (DiracNets).
 
 :func:`inspect_state` returns an :class:`Inspection` (findings, suspicious or not); the
 ``fedleak inspect`` command and the Flower client mod
@@ -46,7 +49,11 @@ MIN_INPUTS = 8
 MIN_TRAP_ROWS, MIN_TRAP_INPUTS = 8, 32
 #: confidence at or above which a finding makes the model suspicious
 DEFAULT_THRESHOLD = 0.5
-LINEARIZED_CONFIDENCE = 0.6
+#: supporting evidence only, below the default threshold: honest inits can zero a layer (Fixup) or
+#: use Dirac kernels (DiracNets)
+LINEARIZED_CONFIDENCE = 0.4
+#: parallel rows that cannot form bins (no bias, or one shared threshold)
+NOT_BINS_CONFIDENCE = 0.3
 
 
 @dataclass(frozen=True)
@@ -89,10 +96,13 @@ class Inspection:
                 "findings": [f.to_json() for f in self.findings]}
 
 
-def _bias_for(name: str, rows: int, state: Mapping[str, torch.Tensor]) -> Optional[torch.Tensor]:
-    if name.endswith("weight"):
-        bias = state.get(name[: -len("weight")] + "bias")
-        if isinstance(bias, torch.Tensor) and tuple(bias.shape) == (rows,):
+def _bias_for(name: str, rows: int, state: Mapping[str, torch.Tensor],
+              following: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The layer's bias: ``<prefix>bias`` by name, else the next entry when it has one value per
+    row (a state dict lists a layer's weight then its bias; names may have been changed)."""
+    candidates = [state.get(name[: -len("weight")] + "bias")] if name.endswith("weight") else []
+    for bias in candidates + [following]:
+        if isinstance(bias, torch.Tensor) and bias.is_floating_point() and tuple(bias.shape) == (rows,):
             return bias.detach().double()
     return None
 
@@ -124,12 +134,20 @@ def imprint_rows(name: str, weight: torch.Tensor, bias: Optional[torch.Tensor]) 
                 "equal_rows": equal_rows}
     shape = "equal rows (cumulative ReLU bins)" if equal_rows else "rows scaled per bin (thresholded bins)"
     detail = f"{int(aligned.sum())} of {k} rows measure one linear function of the input, {shape}"
-    if bias is not None:
+    confidence = share
+    if bias is None:
+        confidence = min(share, NOT_BINS_CONFIDENCE)
+        detail += "; no bias, so no bins (reported, not decisive)"
+    else:
         thresholds = -bias[active][aligned] / projections[aligned]
         distinct = int(torch.unique(torch.round(thresholds * 1e6)).numel())
         evidence.update(bins=distinct, threshold_min=float(thresholds.min()), threshold_max=float(thresholds.max()))
         detail += f"; {distinct} distinct thresholds in [{float(thresholds.min()):.3g}, {float(thresholds.max()):.3g}] (bins)"
-    return Finding(name, "imprint-rows", share, detail, evidence)
+        if distinct < 2:
+            # one threshold for all rows: a rank-one layer (e.g. zero-initialized, then one gradient step
+            # on one input), not bins of h
+            confidence = min(share, NOT_BINS_CONFIDENCE)
+    return Finding(name, "imprint-rows", confidence, detail, evidence)
 
 
 def _chi2_lower_tail(statistic: float, dof: int) -> float:
@@ -191,7 +209,8 @@ def inspect_state(state: Mapping[str, torch.Tensor], threshold: float = DEFAULT_
     if not (isinstance(threshold, (int, float)) and 0 < threshold <= 1):
         raise FedleakError(f"the inspection threshold must be in (0, 1], got {threshold!r}")
     findings, checked = [], 0
-    for name, tensor in state.items():
+    entries = list(state.items())
+    for index, (name, tensor) in enumerate(entries):
         if not isinstance(tensor, torch.Tensor):
             raise FedleakError(f"entry {name!r} is a {type(tensor).__name__}, not a tensor")
         if not tensor.is_floating_point():
@@ -200,7 +219,8 @@ def inspect_state(state: Mapping[str, torch.Tensor], threshold: float = DEFAULT_
             raise FedleakError(f"entry {name!r} holds NaN or infinite values")
         if tensor.dim() == 2:
             checked += 1
-            found = imprint_rows(name, tensor, _bias_for(name, tensor.shape[0], state))
+            following = entries[index + 1][1] if index + 1 < len(entries) else None
+            found = imprint_rows(name, tensor, _bias_for(name, tensor.shape[0], state, following))
             found = found or trap_weights(name, tensor)
         elif tensor.dim() == 4:
             checked += 1

@@ -30,6 +30,7 @@ def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
 
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     scored = [r for r in records if r.get("status") == "attacked"]
     panels = [(key, label) for key, label in PANELS if any(r.get(key) is not None for r in scored)]
@@ -43,6 +44,7 @@ def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
             if points:
                 axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"node {client}")
         axis.set_xlabel("round")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_ylabel(label)
         if key == "attack_loss":
             axis.set_yscale("log")
