@@ -6,7 +6,8 @@ Each run is the real command (``python -m fedleak.cli audit``, a fresh process, 
 of one torch thread) writing to a temporary folder. Writes ``benchmarks/results/audit_timing.json``
 with the seconds of each run, the verdicts and strongest scores it printed, the load average
 before and after (the machine is shared: numbers taken under load are slower), the CPU count and
-the torch thread count. Targets: default under 5 minutes, ``--quick`` under 1 minute on 2 cores.
+the torch thread count. Each invocation appends one entry to ``measurements`` (earlier ones are
+kept, so quiet-machine and loaded-machine numbers stand side by side). Targets: default under 5 minutes, ``--quick`` under 1 minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -58,14 +59,18 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    result = {"command": "fedleak audit [--quick]", "cpu_count": os.cpu_count(), "torch_threads": 1,
-              "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-              "nice": os.nice(0), "runs": {}}
+    result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu_count": os.cpu_count(),
+              "torch_threads": 1, "torch": torch.__version__, "python": platform.python_version(),
+              "machine": platform.machine(), "nice": os.nice(0), "runs": {}}
     for kind in ([args.only] if args.only else ["quick", "default"]):
         result["runs"][kind] = [run(kind) for _ in range(args.repeats)]
         print(kind, [r["seconds"] for r in result["runs"][kind]], flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    history = json.loads(path.read_text()) if path.exists() else {}
+    measurements = history.get("measurements", [])
+    path.write_text(json.dumps({"command": "fedleak audit [--quick]", "measurements": [*measurements, result]},
+                               indent=1) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -144,6 +144,8 @@ def test_python_api_reports_progress_through_the_callback(tmp_path):
     dimitrov = result["scenarios"]["fedavg"]["attacks"]["dimitrov"]
     assert dimitrov["targets"] == 2 and len(dimitrov["per_client"]) == 2 and len(dimitrov["psnr_per_input"]) == 4
     assert result["config"]["clients"] == 2 and result["config"]["attacks"] == ["dimitrov"]
+    # the resolved configuration in metrics.json is itself a valid config (rerun the same audit from it)
+    assert fedleak.audit.AuditConfig.from_mapping(result["config"]).to_json() == result["config"]
     mal = result["scenarios"]["malicious"]
     assert mal["attack"] == "imprint-sparse" and mal["num_inputs"] == 4  # FedAvg: the sparse block (§4.3)
     assert set(result["verdicts"]) == {"honest-but-curious", "malicious"}

@@ -53,7 +53,7 @@ class Sweep:
         if text is None or text == "":
             return None
         if isinstance(text, dict):
-            check_options("sweep", text, ("knob", "values"))
+            check_options("sweep", text, ("knob", "values", "meaning", "label"))  # metrics.json's form too
             knob, raw = text.get("knob"), text.get("values")
             raw = raw if isinstance(raw, (list, tuple)) else str(raw if raw is not None else "").split(",")
         else:
