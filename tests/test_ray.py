@@ -67,10 +67,17 @@ def test_ray_jobs_equal_the_local_executors(cluster, local_scores, tmp_path):
 
 
 def test_a_killed_worker_is_retried_with_equal_results(cluster, local_scores, tmp_path, monkeypatch):
+    """Through the CLI: ``fedleak run --executor ray --max-retries 2`` (on the module's Ray)."""
+    import yaml
+
+    from fedleak.cli import main
+
     marker = tmp_path / "killed-once"
     monkeypatch.setenv(KILL_ONCE_ENV, str(marker))
-    run_experiment(parse_config(RAW), tmp_path / "out", show_progress=False, log=lambda *_: None,
-                   executor=RayExecutor(cpus_per_job=1, max_retries=2))
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump(RAW))
+    assert main(["run", str(config), "--out", str(tmp_path / "out"), "--no-progress", "--executor", "ray",
+                 "--cpus-per-job", "1", "--max-retries", "2"]) == 0
     victim = int(marker.read_text())  # the worker that started the first job SIGKILLed itself
     with pytest.raises(ProcessLookupError):
         os.kill(victim, 0)
