@@ -64,6 +64,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--cpus", type=int, default=2, help="Ray CPUs (= parallel jobs)")
+    parser.add_argument("--skip-default-threads", action="store_true",
+                        help="skip the local run with torch's default threads (slow on a busy machine)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     import ray
@@ -74,8 +76,9 @@ def main() -> None:
               "default_torch_threads": torch.get_num_threads()}
     print("local, 1 thread ...", flush=True)
     result["local-1thread"] = timed_run(raw, threads=1)
-    print("local, default threads ...", flush=True)
-    result["local-default-threads"] = timed_run(raw)
+    if not args.skip_default_threads:
+        print("local, default threads ...", flush=True)
+        result["local-default-threads"] = timed_run(raw)
     print("ray ...", flush=True)
     start = time.perf_counter()
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
@@ -98,8 +101,9 @@ def main() -> None:
     local = result["local-1thread"]["jobs_per_hour"]
     result["speedup_vs_local_1thread"] = result["ray"]["jobs_per_hour"] / local
     result["speedup_vs_local_1thread_with_init"] = result["ray"]["jobs_per_hour_with_init"] / local
-    result["speedup_vs_local_default_threads"] = (result["ray"]["jobs_per_hour"]
-                                                  / result["local-default-threads"]["jobs_per_hour"])
+    if "local-default-threads" in result:
+        result["speedup_vs_local_default_threads"] = (result["ray"]["jobs_per_hour"]
+                                                      / result["local-default-threads"]["jobs_per_hour"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"executor-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"

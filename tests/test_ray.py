@@ -4,7 +4,6 @@ One local Ray instance (2 CPUs, 127.0.0.1, no dashboard) is shared by the module
 costs seconds. Every job runs with one torch thread on both executors, so results are bit-equal.
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from fedleak.config import parse_config
 from fedleak.errors import FedleakError
 from fedleak.execution import KILL_ONCE_ENV, RayExecutor
 from fedleak.experiment import run_experiment
+from test_resume import scores  # every job's numbers but its wall time, by file
 
 ray = pytest.importorskip("ray")
 
@@ -44,16 +44,6 @@ def local_scores(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
     return scores(out)
-
-
-def scores(out: Path) -> dict:
-    rows = {}
-    for path in sorted((out / "jobs").rglob("*.json")):
-        record = json.loads(path.read_text())
-        record.pop("seconds")
-        rows[str(path.relative_to(out))] = record
-    assert {p.with_suffix(".png").exists() for p in (out / "jobs").rglob("*.json")} == {True}
-    return rows
 
 
 def test_ray_jobs_equal_the_local_executors(cluster, local_scores, tmp_path):

@@ -48,6 +48,7 @@ def scores(out: Path) -> dict:
         record = json.loads(path.read_text())
         record.pop("seconds")
         rows[str(path.relative_to(out))] = record
+    assert all(path.with_suffix(".png").exists() for path in (out / "jobs").rglob("*.json"))
     return rows
 
 

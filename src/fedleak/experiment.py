@@ -147,6 +147,9 @@ class Runner:
         out = []
         for setting in self.config.settings:
             variants = [v for v in self.config.variants if setting.variants is None or v.name in setting.variants]
+            if not variants:
+                self.log(f"warning: setting {setting.name!r} runs no job: none of its variants "
+                         f"{list(setting.variants or [])} is among {[v.name for v in self.config.variants]}")
             first, n = _client_range(self.config.resolve(setting, variants[0])["data"]) if variants else (0, 0)
             for index in range(first, first + n):
                 out.extend(Job(setting, v, index) for v in variants)
