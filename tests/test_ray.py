@@ -27,11 +27,18 @@ RAW = {"name": "tiny-ray", "data": {"dataset": "digits", "num_clients": 2, "samp
 @pytest.fixture(scope="module")
 def cluster():
     src = str(Path(__file__).resolve().parents[1] / "src")
-    os.environ["PYTHONPATH"] = src + os.pathsep + os.environ.get("PYTHONPATH", "")  # workers import this fedleak
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = src + os.pathsep + (saved or "")  # the workers import this checkout's fedleak
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 log_to_driver=False, logging_level="ERROR")
+        yield
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.fixture(scope="module")

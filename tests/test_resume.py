@@ -147,6 +147,8 @@ def test_path_like_names_stay_inside_out_and_never_collide(tmp_path):
     assert all(out in p.parents for p in files), [p for p in files if out not in p.parents]
     assert len(list((out / "jobs").rglob("*.json"))) == 9
     assert {p.parent.parent.name for p in (out / "jobs").rglob("*.json")} == {"%2E.", "%2E.%2F..%2Fescape", "%2Fabs"}
+    table = (out / "table.md").read_text()
+    assert "<script>" not in table and "<b>" not in table and "&lt;b&gt;x&lt;/b&gt;" in table
     html = report_run(out).read_text()
     assert "<script>alert" not in html and "&lt;script&gt;" in html and "&lt;b&gt;x&lt;/b&gt;" in html
     assert html.count("<img ") == 9  # every job's picture, although every name needed escaping

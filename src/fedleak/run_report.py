@@ -65,11 +65,14 @@ def comparison_rows(by_setting: dict, paper: dict) -> tuple[list[dict], list[str
 
 
 def comparison_table(name: str, description: str, by_setting: dict, paper: dict) -> str:
-    """Markdown (``table.md``): the title, the description and :func:`comparison_rows`."""
+    """Markdown (``table.md``): the title, the description and :func:`comparison_rows`, user text escaped."""
+    from html import escape
+
     from .report import markdown_table
 
     rows, columns = comparison_rows(by_setting, paper)
-    return f"# {name}\n\n{description}\n\n" + markdown_table(rows, columns) + "\n"
+    title, text = (escape(" ".join(str(t).split()), quote=False) for t in (name, description))
+    return f"# {title}\n\n{text}\n\n" + markdown_table(rows, columns) + "\n"
 
 
 def write_outputs(out, name: str, description: str = "", paper: dict | None = None,
