@@ -132,9 +132,16 @@ class RayExecutor:
         except ray.exceptions.WorkerCrashedError:
             raise FedleakError(f"job {task}: its Ray worker died {self.max_retries + 1} time(s) "
                                "(raise --max-retries, or check memory)") from None
+        except ray.exceptions.OutOfMemoryError:
+            raise FedleakError(f"job {task}: Ray's memory monitor killed its worker (the node's memory is nearly "
+                               "full); finished jobs are saved — free memory, or use --cpus-per-job to run fewer "
+                               "jobs at once, and run again") from None
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None) or exc
             raise RuntimeError(f"job {task} failed on Ray: {type(cause).__name__}: {cause}") from exc
+        except ray.exceptions.RayError as exc:  # the cluster itself failed (node died, object lost, ...)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise FedleakError(f"job {task}: Ray failed: {first[:300]}") from None
 
     def close(self) -> None:
         if self._started and self.ray.is_initialized():
