@@ -80,6 +80,9 @@ def main() -> None:
         print("local, default threads ...", flush=True)
         result["local-default-threads"] = timed_run(raw)
     print("ray ...", flush=True)
+    # the shared machine's memory is sometimes nearly full from other programs: do not let Ray's
+    # memory monitor kill our 0.3 GB workers for it (a throughput measurement, not a memory policy)
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     start = time.perf_counter()
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
              log_to_driver=False, logging_level="ERROR")
