@@ -216,6 +216,7 @@ def cmd_attack(args) -> int:
 
 def cmd_run(args) -> int:
     from .config import apply_overrides, load_config, load_preset
+    from .execution import make_executor
     from .experiment import run_experiment
 
     if bool(args.config) == bool(args.preset):
@@ -225,15 +226,19 @@ def cmd_run(args) -> int:
     config = apply_overrides(config, data_root=args.data_root, clients=args.clients, variants=split(args.variants),
                              settings=split(args.settings), quick=args.quick, variant_options=_options(args.option),
                              first_client=args.first_client)
+    ray_options = dict(address=args.address, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
+                       max_retries=args.max_retries)
+    executor = make_executor(args.executor, **ray_options)
     summary = run_experiment(config, args.out, device=_device(args.device), dtype=_dtype(args.dtype),
-                             show_progress=_show_progress(args))
+                             show_progress=_show_progress(args), executor=executor)
     print((Path(args.out) / "table.md").read_text())
-    print(f"{summary['jobs']} job(s); results in {args.out}/results.jsonl, summary in {args.out}/summary.json")
+    planned = summary.get("planned_jobs", summary["jobs"])
+    print(f"{summary['jobs']} job(s) ({planned} planned); results in {args.out}/results.jsonl, summary in {args.out}/summary.json")
     return 0
 
 
 def cmd_report(args) -> int:
-    from .audit import report_run
+    from .run_report import report_run
 
     path = report_run(args.run_dir)
     print(f"report written to {path}")
@@ -368,10 +373,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--executor", default="local", choices=["local", "ray"],
+                   help="where jobs run: this process (default) or Ray tasks (pip install -e '.[ray]')")
+    p.add_argument("--address", help="Ray cluster address (HOST:PORT or auto); default: start a local Ray")
+    p.add_argument("--cpus-per-job", type=_positive_float, help="Ray: CPUs (and torch threads) per job (default 1)")
+    p.add_argument("--gpus-per-job", type=float, help="Ray: GPUs per job (default 0)")
+    p.add_argument("--max-retries", type=_int_type(0, 100), help="Ray: re-runs of a job whose worker died (default 3)")
     p.add_argument("--out", required=True, type=_nonempty)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("report", help="write report.html for a run folder")
+    p = sub.add_parser("report", help="write report.html for a run folder (also of a partial run)")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_report)
 

@@ -2,18 +2,20 @@
 
 For every job the pipeline of ``DESIGN.md`` runs once: the client computes its update with the one
 client update (:func:`fedleak.fl.client_update`), the server is told what the threat model lets
-it know (``threat.labels``), the attack reconstructs, metrics compare. Each job's result is written
-atomically to ``OUT/jobs/<setting>/<variant>/<client>.json`` as soon as it finishes, so an
-interrupted run resumes by running the same command again. At the end ``results.jsonl``,
-``summary.json`` and ``table.md`` (ours beside the paper's numbers) are (re)written.
+it know (``threat.labels``), the attack reconstructs, metrics compare. Jobs run on an executor
+(:mod:`fedleak.execution`: in this process or as Ray tasks); this process writes each job's
+result to ``OUT/jobs/<setting>/<variant>/<client>.json`` (:mod:`fedleak.job_files`) as soon as it
+arrives, so an interrupted run resumes by running the same command again: a job file is reused only
+if it is complete and carries the hash of the job's fully resolved configuration; any other file is
+kept aside as ``*.stale`` and the job recomputed. At the end ``results.jsonl``, ``summary.json`` and
+``table.md`` (ours beside the paper's numbers) are (re)written (:mod:`fedleak.run_report`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
-import math
-import re
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,14 +24,16 @@ from typing import Callable
 import torch
 
 from . import attacks, data, metrics, models
-from .attacks.optimize import progress_reporter
 from .config import ExperimentConfig, Setting, Variant
 from .errors import FedleakError
+from .execution import LocalExecutor
 from .fl import Defense, batch_schedule, client_rounds, client_update
+from .job_files import RECORD_METRICS, data_digest, job_hash, job_path, keep_aside, reusable, write_json
+from .naming import check_distinct
+from .run_report import write_outputs
 from .types import ClientData, Protocol
 
-SUMMARY_METRICS = ("rec_percent", "psnr", "ssim", "mse", "iip", "lpips", "label_count_error", "label_accuracy",
-                   "seconds")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass
@@ -38,38 +42,34 @@ class Job:
     variant: Variant
     client_index: int
 
-    def path(self, out: Path, client_id: str) -> Path:
-        return out / "jobs" / _safe(self.setting.name) / _safe(self.variant.name) / f"{_safe(client_id)}.json"
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job as shipped to an executor: names, the client, its file and its configuration hash."""
+
+    setting: str
+    variant: str
+    client_index: int
+    client_id: str
+    path: Path
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.setting}/{self.variant}/{self.client_id}"
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name))
+@dataclass(frozen=True)
+class RunContext:
+    """What every job of a run shares (shipped once to a Ray cluster)."""
 
+    config: ExperimentConfig
+    device: str
+    dtype: str
 
-def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_finite(payload), indent=1, allow_nan=False, default=_jsonable))
-    tmp.replace(path)
-
-
-def _finite(obj):
-    """``obj`` with every non-finite float (a NaN loss, an infinite PSNR) as ``None``: strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _jsonable(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    if hasattr(obj, "item"):
-        return obj.item()
-    return str(obj)
+    @property
+    def key(self) -> str:
+        text = json.dumps([dataclasses.asdict(self.config), self.device, self.dtype], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def threat_metadata(kind: str, client: ClientData, protocol: Protocol, seed: int, num_classes: int) -> dict:
@@ -89,18 +89,24 @@ def threat_metadata(kind: str, client: ClientData, protocol: Protocol, seed: int
 
 
 class Runner:
-    """Executes an :class:`ExperimentConfig` into an output folder."""
+    """Executes an :class:`ExperimentConfig` into an output folder, on a local or Ray executor."""
 
-    def __init__(self, config: ExperimentConfig, out, *, device: str = "cpu", dtype=torch.float32,
-                 show_progress: bool = True, log: Callable[[str], None] = print) -> None:
+    def __init__(self, config: ExperimentConfig, out=None, *, device: str = "cpu", dtype=torch.float32,
+                 show_progress: bool = True, log: Callable[[str], None] = print, executor=None) -> None:
         self.config = config
-        self.out = Path(out)
+        self.out = None if out is None else Path(out)
         self.device = torch.device(device)
-        self.dtype = dtype
+        self.dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
         self.show_progress = show_progress
         self.log = log
+        self.executor = executor or LocalExecutor()
         self._data_cache: dict = {}
         self._model_cache: dict = {}
+
+    @property
+    def context(self) -> RunContext:
+        name = next(k for k, v in DTYPES.items() if v == self.dtype)
+        return RunContext(self.config, str(self.device), name)
 
     # -- resources ----------------------------------------------------------------------------
     def dataset(self, section: dict):
@@ -134,77 +140,112 @@ class Runner:
             self._model_cache[key] = model.to(device=self.device, dtype=self.dtype)
         return self._model_cache[key]
 
-    # -- running ------------------------------------------------------------------------------
+    # -- planning -----------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
+        check_distinct([s.name for s in self.config.settings], "setting")
+        check_distinct([v.name for v in self.config.variants], "variant")
         out = []
         for setting in self.config.settings:
             variants = [v for v in self.config.variants if setting.variants is None or v.name in setting.variants]
+            if not variants:
+                self.log(f"warning: setting {setting.name!r} runs no job: none of its variants "
+                         f"{list(setting.variants or [])} is among {[v.name for v in self.config.variants]}")
             first, n = _client_range(self.config.resolve(setting, variants[0])["data"]) if variants else (0, 0)
             for index in range(first, first + n):
                 out.extend(Job(setting, v, index) for v in variants)
         return out
 
+    def plan(self) -> list[PlannedJob]:
+        """Every job with its file and the hash of its fully resolved configuration."""
+        planned, dtype = [], self.context.dtype
+        for job in self.jobs():
+            sections = self.config.resolve(job.setting, job.variant)
+            spec, clients = self.dataset(sections["data"])
+            if job.client_index >= len(clients):
+                continue  # the dataset has fewer clients than asked for
+            check_distinct([c.client_id for c in clients], "client id")
+            client = clients[job.client_index]
+            selection = {k: v for k, v in sections["data"].items() if k not in ("num_clients", "first_client", "root")}
+            identity = {"sections": {**sections, "data": selection}, "setting": job.setting.name,
+                        "variant": job.variant.name, "attack": job.variant.attack, "options": job.variant.options,
+                        "attack_seed": self.config.attack_seed + job.client_index, "client_index": job.client_index,
+                        "client": client.client_id, "data": data_digest(client.inputs, client.labels),
+                        "metrics": {k: self.config.metrics.get(k) for k in RECORD_METRICS}, "dtype": dtype}
+            planned.append(PlannedJob(job.setting.name, job.variant.name, job.client_index, client.client_id,
+                                      job_path(self.out, job.setting.name, job.variant.name, client.client_id),
+                                      job_hash(identity)))
+        return planned
+
+    # -- running ------------------------------------------------------------------------------
     def run(self) -> dict:
+        if self.out is None:
+            raise FedleakError("Runner.run needs an output folder")
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "config.json").write_text(json.dumps(_config_json(self.config), indent=1, default=str))
         for variant in self.config.variants:  # validate every variant's options before the first job
             attacks.build(variant.attack, **variant.options)
-        jobs = self.jobs()
-        bar = _progress_bar(len(jobs), self.show_progress, self.config.name)
-        done = skipped = 0
+        planned = self.plan()
+        write_json(self.out / "config.json", {**_config_json(self.config), "planned_jobs": len(planned)})
+        pending = []
+        for job in planned:
+            record, why = reusable(job.path, job.hash)
+            if record is not None:
+                continue
+            if why:
+                kept = keep_aside(job.path)
+                self.log(f"job {job}: existing result {why}; kept aside as {kept.name}, recomputing")
+            pending.append(job)
+        reused = len(planned) - len(pending)
+        _RUNNERS.clear()
+        _RUNNERS[self.context.key] = self  # the local executor computes with this runner's caches
+        progress = _Progress(len(planned), reused, self.show_progress, self.config.name, self.log)
         try:
-            for job in jobs:
-                result = self.run_job(job, bar)
-                if result == "skipped":
-                    skipped += 1
-                done += 1
-                if bar is not None:
-                    bar.update(1)
+            for index, result in self.executor.map(compute_job, self.context, pending, progress=progress.inner):
+                job = pending[index]
+                if result["image"] is not None:
+                    job.path.parent.mkdir(parents=True, exist_ok=True)
+                    result["image"].save(job.path.with_suffix(".png"))
+                write_json(job.path, result["record"])
+                progress.finished(job, result["record"])
         except KeyboardInterrupt:
-            self.log(f"\ninterrupted after {done} of {len(jobs)} jobs; finished jobs are saved in {self.out / 'jobs'} "
-                     "— run the same command again to resume")
+            self.log(f"\ninterrupted after {progress.done} of {len(planned)} jobs; finished jobs are saved in "
+                     f"{self.out / 'jobs'} — run the same command again to resume")
             raise
         finally:
-            if bar is not None:
-                bar.close()
-        if skipped:
-            self.log(f"resumed: {skipped} finished job(s) were reused")
-        return write_outputs(self.out, self.config)
+            progress.close()
+            _RUNNERS.clear()
+        if reused:
+            self.log(f"resumed: {reused} finished job(s) were reused")
+        return write_outputs(self.out, self.config.name, self.config.description, self.config.paper, len(planned))
 
-    def run_job(self, job: Job, bar=None):
-        sections = self.config.resolve(job.setting, job.variant)
+    def compute(self, job: PlannedJob) -> dict:
+        """Run one job: ``{"record": dict, "image": PIL.Image or None}`` (nothing is written here)."""
+        setting = next(s for s in self.config.settings if s.name == job.setting)
+        variant = next(v for v in self.config.variants if v.name == job.variant)
+        sections = self.config.resolve(setting, variant)
         spec, clients = self.dataset(sections["data"])
-        if job.client_index >= len(clients):
-            return "skipped"
         client = clients[job.client_index]
-        path = job.path(self.out, client.client_id)
-        if path.exists():
-            return "skipped"
         model = self.model(sections["model"], spec, sections["data"])
         protocol = Protocol(**{**Protocol().to_json(), **sections["protocol"]})
         client = client.to(self.device, self.dtype)
         labels_kind = (sections.get("threat") or {}).get("labels", "none")
-        attack = attacks.build(job.variant.attack, **{"seed": self.config.attack_seed + job.client_index,
-                                                      **job.variant.options})
-        reconstruct = self._observed(job, sections, model, client, protocol, spec, attack)
-        if bar is not None:
-            bar.set_description(f"{job.setting.name}/{job.variant.name}/{client.client_id}")
+        attack = attacks.build(variant.attack, **{"seed": self.config.attack_seed + job.client_index,
+                                                  **variant.options})
+        reconstruct = self._observed(Job(setting, variant, job.client_index), sections, model, client, protocol,
+                                     spec, attack)
         start = time.perf_counter()
-        with progress_reporter(_inner_progress(bar)):
-            rec = reconstruct()
+        rec = reconstruct()
         seconds = time.perf_counter() - start
         m = self.config.metrics
         scores = metrics.evaluate(rec, client, spec, threshold=m.get("threshold"), clip=bool(m.get("clip", True)),
                                   lpips=m.get("lpips", False))
-        record = {"setting": job.setting.name, "variant": job.variant.name, "attack": job.variant.attack,
+        record = {"setting": job.setting, "variant": job.variant, "attack": variant.attack,
                   "client": client.client_id, "client_index": job.client_index, "num_samples": len(client),
                   "protocol": protocol.to_json(), "threat": labels_kind, "rounds": sections.get("rounds") or {},
                   "seconds": seconds, **scores,
-                  "attack_extras": {k: v for k, v in rec.extras.items() if k != "loss_history"}}
-        if m.get("save_images", True):
-            _save_grid(path.with_suffix(".png"), rec, client, spec, scores)
-        _write_json(path, record)
-        return record
+                  "attack_extras": {k: v for k, v in rec.extras.items() if k != "loss_history"},
+                  "job_hash": job.hash}
+        image = _grid(rec, client, spec, scores) if m.get("save_images", True) else None
+        return {"record": record, "image": image}
 
     @staticmethod
     def _observed(job: Job, sections: dict, model, client: ClientData, protocol: Protocol, spec, attack):
@@ -243,27 +284,55 @@ def _client_range(section: dict) -> tuple[int, int]:
     return first, count
 
 
-def _inner_progress(bar):
-    if bar is None:
-        return None
-
-    def report(step: int, total: int, loss: float) -> None:
-        bar.set_postfix_str(f"it {step}/{total} loss {loss:.3g}", refresh=False)
-        bar.refresh() if step % 50 == 0 or step == total else None
-
-    return report
+#: the runner a process computes jobs with, by run context (one entry: the current run)
+_RUNNERS: dict = {}
 
 
-def _progress_bar(total: int, show: bool, name: str):
-    if not show:
-        return None
-    from tqdm import tqdm
+def compute_job(context: RunContext, job: PlannedJob) -> dict:
+    """An executor's unit of work: compute ``job`` with this process's runner for ``context``."""
+    runner = _RUNNERS.get(context.key)
+    if runner is None:  # a Ray worker: build (and keep) a runner with its own data and model caches
+        _RUNNERS.clear()
+        runner = _RUNNERS[context.key] = Runner(context.config, device=context.device, dtype=context.dtype,
+                                                show_progress=False, log=lambda *_: None)
+    return runner.compute(job)
 
-    return tqdm(total=total, desc=name, unit="job", dynamic_ncols=True)
+
+class _Progress:
+    """One progress bar over all jobs (tqdm on a terminal), else one log line per finished job."""
+
+    def __init__(self, total: int, reused: int, show: bool, name: str, log) -> None:
+        self.total, self.done, self.log, self.bar = total, reused, log, None
+        self.start = time.perf_counter()
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=reused, desc=name, unit="job", dynamic_ncols=True)
+
+    def inner(self, step: int, total: int, loss: float) -> None:
+        """Optimization steps of the running job (local executor only)."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"it {step}/{total} loss {loss:.3g}", refresh=False)
+            self.bar.refresh() if step % 50 == 0 or step == total else None
+
+    def finished(self, job: PlannedJob, record: dict) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            return
+        psnr = record.get("psnr")
+        score = f"PSNR {psnr:.2f} dB, " if isinstance(psnr, (int, float)) else ""
+        self.log(f"[{self.done}/{self.total}] {job}: {score}{record.get('seconds', 0):.1f} s "
+                 f"(elapsed {time.perf_counter() - self.start:.0f} s)")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
-def _save_grid(path: Path, rec, client: ClientData, spec, scores: dict) -> None:
-    from .report import comparison_grid, save_png
+def _grid(rec, client: ClientData, spec, scores: dict):
+    """Originals above their matched reconstructions (at most 16), as a PIL image."""
+    from .report import comparison_grid
 
     order = scores.get("assignment") or []
     originals = spec.denormalize(client.inputs.detach().cpu().float())
@@ -271,86 +340,22 @@ def _save_grid(path: Path, rec, client: ClientData, spec, scores: dict) -> None:
     matched = torch.stack([recs[i] if i is not None else torch.zeros_like(originals[0]) for i in order]) \
         if order else recs[: len(originals)]
     count = min(len(originals), 16)
-    save_png(comparison_grid(originals[:count], matched[:count], psnr=scores.get("psnr_per_input", [])[:count]), path)
+    return comparison_grid(originals[:count], matched[:count], psnr=scores.get("psnr_per_input", [])[:count])
+
 
 
 def _config_json(config: ExperimentConfig) -> dict:
     return {"name": config.name, "description": config.description, "data": config.data, "model": config.model,
             "protocol": config.protocol, "defense": config.defense, "threat": config.threat, "rounds": config.rounds,
-            "metrics": config.metrics,
+            "metrics": config.metrics, "attack_seed": config.attack_seed, "paper": config.paper,
             "settings": [{"name": s.name, **s.overrides} for s in config.settings],
             "variants": {v.name: {"attack": v.attack, "options": v.options, **v.overrides} for v in config.variants}}
 
 
-def load_results(out) -> list[dict]:
-    rows = []
-    for path in sorted(Path(out).glob("jobs/*/*/*.json")):
-        try:
-            rows.append(json.loads(path.read_text()))
-        except json.JSONDecodeError:
-            continue  # a job interrupted while writing is re-run on resume
-    return rows
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Mean, std and count of every summary metric, keyed by setting then variant."""
-    grouped: dict = {}
-    for row in rows:
-        grouped.setdefault(row["setting"], {}).setdefault(row["variant"], []).append(row)
-    out: dict = {}
-    for setting, by_variant in grouped.items():
-        for variant, items in by_variant.items():
-            stats = {"clients": len(items)}
-            for key in SUMMARY_METRICS:
-                values = [r[key] for r in items if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-                if values:
-                    stats[key] = statistics.fmean(values)
-                    stats[f"{key}_std"] = statistics.pstdev(values) if len(values) > 1 else 0.0
-            out.setdefault(setting, {})[variant] = stats
-    return out
-
-
-def write_outputs(out, config: ExperimentConfig) -> dict:
-    """(Re)write ``results.jsonl``, ``summary.json`` and ``table.md`` from the finished job files."""
-    out = Path(out)
-    rows = load_results(out)
-    with open(out / "results.jsonl", "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, allow_nan=False) + "\n")
-    by_setting = summarize(rows)
-    summary = {"experiment": config.name, "jobs": len(rows), "settings": by_setting}
-    if len(by_setting) == 1:
-        summary["variants"] = next(iter(by_setting.values()))
-        if len(summary["variants"]) == 1:
-            summary["means"] = next(iter(summary["variants"].values()))
-    _write_json(out / "summary.json", summary)
-    (out / "table.md").write_text(comparison_table(config, by_setting))
-    return summary
-
-
-def comparison_table(config: ExperimentConfig, by_setting: dict) -> str:
-    """Markdown: one row per (setting, variant), our numbers beside the paper's."""
-    from .report import markdown_table
-
-    keys = ["rec_percent", "psnr", "ssim", "label_count_error"]
-    present = [k for k in keys if any(k in v for s in by_setting.values() for v in s.values())
-               or any(k in p for s in config.paper.values() if isinstance(s, dict) for p in s.values()
-                      if isinstance(p, dict))]
-    rows = []
-    for setting, variants in by_setting.items():
-        for variant, stats in variants.items():
-            paper = ((config.paper.get(setting) or {}).get(variant) or {}) if isinstance(config.paper, dict) else {}
-            row = {"setting": setting, "variant": variant, "clients": stats.get("clients")}
-            for key in present:
-                mean = stats.get(key)
-                row[key] = None if mean is None else f"{mean:.2f} ± {stats.get(key + '_std', 0):.2f}"
-                row[f"{key} (paper)"] = paper.get(key)
-            rows.append(row)
-    columns = ["setting", "variant", "clients"] + [c for k in present for c in (k, f"{k} (paper)")]
-    title = f"# {config.name}\n\n{config.description}\n\n"
-    return title + markdown_table(rows, columns) + "\n"
-
-
-def run_experiment(config: ExperimentConfig, out, **kwargs) -> dict:
-    """Run (or resume) ``config`` into ``out``; returns the summary dict."""
-    return Runner(config, out, **kwargs).run()
+def run_experiment(config: ExperimentConfig, out, *, executor=None, **kwargs) -> dict:
+    """Run (or resume) ``config`` into ``out`` on ``executor`` (default: this process); returns the summary."""
+    runner = Runner(config, out, executor=executor, **kwargs)
+    try:
+        return runner.run()
+    finally:
+        runner.executor.close()

@@ -267,14 +267,15 @@ def markdown_table(rows: list[dict], columns: Optional[list[str]] = None, floatf
     """A GitHub-flavoured Markdown table of ``rows`` (dicts) restricted to ``columns``, in order.
 
     Floats use ``floatfmt``; ``None`` and missing keys show as "—"; booleans as yes/no; numeric
-    columns are right-aligned; ``|`` in text is escaped and newlines become spaces. ``columns``
-    defaults to the keys of the rows in first-seen order.
+    columns are right-aligned; ``|`` in text is escaped, ``&``, ``<`` and ``>`` become HTML
+    entities (Markdown renders raw HTML, so a name like ``<script>`` must not stay live) and
+    newlines become spaces. ``columns`` defaults to the keys of the rows in first-seen order.
     """
     rows, columns = _check_rows(rows, columns)
     numeric = _numeric_columns(rows, columns)
 
     def cell(text: str) -> str:
-        return text.replace("|", "\\|")
+        return html.escape(text, quote=False).replace("|", "\\|")
 
     header = [cell(c) for c in columns]
     body = [[cell(_format_cell(row.get(c), floatfmt)) for c in columns] for row in rows]

@@ -1,0 +1,149 @@
+"""What a ``fedleak run`` folder says: ``results.jsonl``, ``summary.json``, ``table.md``, ``report.html``.
+
+Everything is rebuilt from the finished job files (:func:`fedleak.job_files.load_results`), so a
+report of an interrupted run shows the jobs that finished and says how many of how many. The run's
+``config.json`` (written before the first job) gives the experiment's name, description, the
+paper's numbers and the number of planned jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from .errors import FedleakError
+from .job_files import load_results, write_json
+
+SUMMARY_METRICS = ("rec_percent", "psnr", "ssim", "mse", "iip", "lpips", "label_count_error", "label_accuracy",
+                   "seconds")
+TABLE_METRICS = ("rec_percent", "psnr", "ssim", "label_count_error")
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Mean, std and count of every summary metric, keyed by setting then variant."""
+    grouped: dict = {}
+    for row in rows:
+        grouped.setdefault(row["setting"], {}).setdefault(row["variant"], []).append(row)
+    out: dict = {}
+    for setting, by_variant in grouped.items():
+        for variant, items in by_variant.items():
+            stats = {"clients": len(items)}
+            for key in SUMMARY_METRICS:
+                values = [r[key] for r in items if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+                if values:
+                    stats[key] = statistics.fmean(values)
+                    stats[f"{key}_std"] = statistics.pstdev(values) if len(values) > 1 else 0.0
+            out.setdefault(setting, {})[variant] = stats
+    return out
+
+
+def comparison_rows(by_setting: dict, paper: dict) -> tuple[list[dict], list[str]]:
+    """One row per (setting, variant): our mean ± std beside the paper's number."""
+    paper = paper if isinstance(paper, dict) else {}
+
+    def paper_entry(setting, variant) -> dict:
+        entry = (paper.get(setting) or {}) if isinstance(paper.get(setting), dict) else {}
+        entry = entry.get(variant) or {}
+        return entry if isinstance(entry, dict) else {}
+
+    present = [k for k in TABLE_METRICS if any(k in v for s in by_setting.values() for v in s.values())
+               or any(k in p for s in paper.values() if isinstance(s, dict) for p in s.values()
+                      if isinstance(p, dict))]
+    rows = []
+    for setting, variants in by_setting.items():
+        for variant, stats in variants.items():
+            theirs = paper_entry(setting, variant)
+            row = {"setting": setting, "variant": variant, "clients": stats.get("clients")}
+            for key in present:
+                mean = stats.get(key)
+                row[key] = None if mean is None else f"{mean:.2f} ± {stats.get(key + '_std', 0):.2f}"
+                row[f"{key} (paper)"] = theirs.get(key)
+            rows.append(row)
+    return rows, ["setting", "variant", "clients"] + [c for k in present for c in (k, f"{k} (paper)")]
+
+
+def comparison_table(name: str, description: str, by_setting: dict, paper: dict) -> str:
+    """Markdown (``table.md``): the title, the description and :func:`comparison_rows`, user text escaped."""
+    from html import escape
+
+    from .report import markdown_table
+
+    rows, columns = comparison_rows(by_setting, paper)
+    title, text = (escape(" ".join(str(t).split()), quote=False) for t in (name, description))
+    return f"# {title}\n\n{text}\n\n" + markdown_table(rows, columns) + "\n"
+
+
+def write_outputs(out, name: str, description: str = "", paper: dict | None = None,
+                  planned: int | None = None) -> dict:
+    """(Re)write ``results.jsonl``, ``summary.json`` and ``table.md`` from the finished job files."""
+    out = Path(out)
+    rows, _, _ = load_results(out)
+    with open(out / "results.jsonl", "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, allow_nan=False) + "\n")
+    by_setting = summarize(rows)
+    summary = {"experiment": name, "jobs": len(rows), "settings": by_setting}
+    if planned is not None:
+        summary["planned_jobs"] = planned
+    if len(by_setting) == 1:
+        summary["variants"] = next(iter(by_setting.values()))
+        if len(summary["variants"]) == 1:
+            summary["means"] = next(iter(summary["variants"].values()))
+    write_json(out / "summary.json", summary)
+    (out / "table.md").write_text(comparison_table(name, description, by_setting, paper or {}))
+    return summary
+
+
+def _run_config(run_dir: Path) -> dict:
+    path = run_dir / "config.json"
+    if not path.exists():
+        return {}
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def report_run(run_dir, images_per_variant: int = 3) -> Path:
+    """``run_dir/report.html`` for a ``fedleak run`` folder, finished or not.
+
+    The tables are HTML tables (ours beside the paper's numbers, then one table per setting); the
+    first ``images_per_variant`` comparison grids of each variant are embedded; every user string
+    is escaped by :func:`fedleak.report.html_report`.
+    """
+    from PIL import Image
+
+    from .report import html_report
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or not ((run_dir / "jobs").is_dir() or (run_dir / "config.json").exists()):
+        raise FedleakError(f"{run_dir} is not a `fedleak run` output folder (no jobs/ or config.json)")
+    config = _run_config(run_dir)
+    rows, located, unreadable = load_results(run_dir)
+    by_setting = summarize(rows)
+    planned = config.get("planned_jobs")
+    status = (f"{len(rows)} of {planned} planned jobs finished." if isinstance(planned, int)
+              else f"{len(rows)} finished jobs.")
+    if isinstance(planned, int) and len(rows) < planned:
+        status += " The run is partial: the numbers below cover the finished jobs only; run the same command again to finish it."
+    if unreadable:
+        status += f" {unreadable} job file(s) could not be read and are left out (a resumed run recomputes them)."
+    table_rows, columns = comparison_rows(by_setting, config.get("paper") or {})
+    text = "\n\n".join(t for t in (str(config.get("description") or ""), status) if t)
+    sections = [{"title": "Ours vs the paper", "text": text, "table": table_rows, "columns": columns}]
+    metric_columns = ["variant", "clients", "rec_percent", "psnr", "ssim", "label_count_error"]
+    for setting, variants in by_setting.items():
+        table = [{"variant": v, **{k: s.get(k) for k in metric_columns[1:]}} for v, s in variants.items()]
+        images = []
+        for variant in variants:
+            pictures = [p.with_suffix(".png") for p, r in located if r["setting"] == setting and r["variant"] == variant]
+            for png in [p for p in pictures if p.exists()][:images_per_variant]:
+                record = next(r for p, r in located if p.with_suffix(".png") == png)
+                with Image.open(png) as img:
+                    images.append((f"{variant} — client {record.get('client')}", img.copy()))
+        sections.append({"title": f"Setting {setting}", "table": table, "columns": metric_columns, "images": images})
+    title = f"fedleak run: {config.get('name') or run_dir.name}"
+    return html_report(run_dir / "report.html", title, sections)
