@@ -12,6 +12,7 @@ from ..storage import load_tensors as _load_tensors
 from ..storage import read_json as _read_json
 from ..storage import save_tensors as _save_tensors
 from ..storage import write_json as _write_json
+from .data import DataSpec
 from .limits import MAX_SAMPLES, Params, _is_int
 from .protocol import Protocol
 
