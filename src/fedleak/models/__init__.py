@@ -4,7 +4,7 @@
 >>> model = build("femnist-cnn", spec)          # float32, CPU, train mode, deterministic in seed
 
 ``MODELS`` maps every name to a one-line description; ``register(name, description)`` is the
-decorator other modules (``models/imprint.py``) use to add models. See :mod:`.zoo` for the
+decorator other modules (``models/imprint/``) use to add models. See :mod:`.zoo` for the
 networks and the papers they follow.
 """
 
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 # The malicious imprint models register themselves on import; load them with the zoo so that
-# MODELS is complete. Done last: imprint.py may import ``register`` from this package.
+# MODELS is complete. Done last: the imprint package may import ``register`` from this package.
 if find_spec(f"{__name__}.imprint") is not None:
     from . import imprint  # noqa: E402,F401
 if find_spec(f"{__name__}.text") is not None:

@@ -2,7 +2,7 @@
 
 A factory is a callable ``factory(spec, *, option=default, ...) -> nn.Module``. Its keyword-only
 parameters are the options users may pass to :func:`build`; anything else is rejected with the
-allowed names listed. Other modules (``models/imprint.py``) add models with the
+allowed names listed. Other modules (``models/imprint/``) add models with the
 :func:`register` decorator.
 
 :func:`build` seeds a *forked* copy of the CPU random number generator, so the same name, spec,

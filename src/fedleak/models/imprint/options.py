@@ -1,0 +1,38 @@
+"""The imprint block's option names and their validation (Fowl et al. 2022, §3.3, §4.2-4.3, App. A.2).
+
+Shared by every module of :mod:`fedleak.models.imprint`: the allowed linear functions, CDFs,
+structures, connections, thresholds and placements, and the one-line :class:`FedleakError`
+checks of user options.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from ...errors import FedleakError
+
+LINFUNCS = ("mean", "randn", "dct")
+CDFS = ("gaussian", "laplace", "empirical")
+STRUCTURES = ("cumulative", "sparse", "one-shot", "cah")
+CONNECTIONS = ("add", "linear")
+THRESHOLDS = ("hardtanh", "two-relu")
+ONE_SHOT = ("sparse", "cumulative")
+SIDES = ("before", "after")
+SECRETS_FORMAT = "fedleak.imprint/1"
+
+
+def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise FedleakError(f"imprint option {name!r} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _positive(name: str, value: Any, integer: bool = False):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if integer:
+        ok = ok and float(value).is_integer()
+    if not ok:
+        kind = "a positive integer" if integer else "a positive number"
+        raise FedleakError(f"imprint option {name!r} must be {kind}, got {value!r}")
+    return int(value) if integer else float(value)

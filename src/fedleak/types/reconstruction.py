@@ -1,0 +1,54 @@
+"""What an attack returns (:class:`Reconstruction`), and its safetensors + JSON save/load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from ..errors import FedleakError
+from ..storage import load_tensors as _load_tensors
+from ..storage import read_json as _read_json
+from ..storage import save_tensors as _save_tensors
+from ..storage import write_json as _write_json
+
+
+@dataclass
+class Reconstruction:
+    """What an attack recovers.
+
+    ``inputs`` are normalized like model inputs (N', C, H, W); ``labels`` the labels the attack
+    used or inferred (``None`` if it has none); ``candidates`` optional per-epoch reconstructions
+    (E, N', C, H, W) before they were combined; ``extras`` JSON-able diagnostics (loss history,
+    which bins held one input, timings, …).
+    """
+
+    inputs: torch.Tensor
+    labels: Optional[torch.Tensor] = None
+    candidates: Optional[torch.Tensor] = None
+    extras: dict = field(default_factory=dict)
+
+    def save(self, directory) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {"inputs": self.inputs}
+        if self.labels is not None:
+            tensors["labels"] = self.labels
+        if self.candidates is not None:
+            tensors["candidates"] = self.candidates
+        _save_tensors(directory / "reconstruction.safetensors", {"rec": tensors})
+        _write_json(directory / "reconstruction.json", {"format": "fedleak.reconstruction/1", "extras": self.extras})
+        return directory
+
+    @classmethod
+    def load(cls, directory) -> "Reconstruction":
+        directory = Path(directory)
+        meta = _read_json(directory / "reconstruction.json")
+        if meta.get("format") != "fedleak.reconstruction/1":
+            raise FedleakError(f"{directory} is not a fedleak reconstruction")
+        tensors = _load_tensors(directory / "reconstruction.safetensors").get("rec", {})
+        if "inputs" not in tensors:
+            raise FedleakError(f"{directory / 'reconstruction.safetensors'} holds no inputs")
+        return cls(tensors["inputs"], tensors.get("labels"), tensors.get("candidates"), meta.get("extras", {}))
