@@ -1,0 +1,121 @@
+"""Command-line values: option parsing, the device and dtype names, argparse ``type`` functions with
+bounds (absurd sizes stop before any memory is spent), and the parser whose errors are one line.
+
+Used by :mod:`fedleak.cli` and by the audit's own flags (:mod:`fedleak.audit.arguments`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Optional, Sequence
+
+from .errors import FedleakError
+
+
+def _parse_value(text: str):
+    """Option values from the command line: YAML scalars (numbers, booleans, lists)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _options(pairs: Optional[Sequence[str]]) -> dict:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FedleakError(f"--option expects KEY=VALUE, got {pair!r}")
+        out[key.strip().replace("-", "_")] = _parse_value(value)
+    return out
+
+
+def _device(name: str) -> str:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise FedleakError(f"unknown device {name!r}; use e.g. cpu, cuda, cuda:1, mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FedleakError(f"device {name!r} requested but CUDA is not available on this machine")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise FedleakError(f"device {name!r} requested but MPS is not available on this machine")
+    return str(device)
+
+
+def _show_progress(args) -> bool:
+    """Progress bars on an interactive terminal unless --no-progress."""
+    return not args.no_progress and sys.stderr.isatty()
+
+
+def _set_threads(args) -> None:
+    import torch
+
+    threads = args.threads if args.threads is not None else (1 if args.command == "audit" else None)
+    if threads is not None:
+        if threads < 1:
+            raise FedleakError(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float64": torch.float64}[name]
+
+
+# -- argument types (bounds stop absurd sizes before any memory is spent) -------------------------
+
+MAX_CLIENTS = 100_000
+MAX_SAMPLES = 1_000_000
+MAX_SEED = 2 ** 32 - 1
+
+
+def _int_type(minimum: int, maximum: int):
+    """An argparse ``type`` accepting integers in ``[minimum, maximum]`` with a one-line message."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer from {minimum} to {maximum}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return value
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip() or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"expected a non-empty value, got {text!r}")
+    return text
+
+
+_SEED = _int_type(0, MAX_SEED)
+
+
+class UsageError(FedleakError):
+    """A command line argparse refused (unknown option, bad value); reported in one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with errors raised as one-line :class:`UsageError`, not usage + exit."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
