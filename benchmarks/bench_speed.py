@@ -222,14 +222,12 @@ def run_case(case: str, iterations: int, rounds: int) -> dict:
     def attack(k):
         return lambda: fedleak.attacks.build(name, iterations=k, log_every=1, **options).reconstruct(update, model, spec)
 
-    flops = _flops(attack(2)) - _flops(attack(1))
     result = {"case": case, "attack": name, "options": options, "local_steps": update.num_steps,
-              "num_samples": update.num_samples, "flops_per_iteration": flops}
+              "num_samples": update.num_samples}
     ref = None
     if reference is not None:
         observed = [update.pseudo_gradient()[k] for k, _ in model.named_parameters()]
         ref = ReferenceIG(reference, observed, data.labels, update.num_steps, protocol.lr, spec.shape)
-        result["reference_flops_per_iteration"] = _flops(ref.iteration)
     ours, theirs, peaks = [], [], []
     for _ in range(rounds):
         peaks.append(matmul_peak_gflops(repeats=6))
@@ -249,9 +247,13 @@ def run_case(case: str, iterations: int, rounds: int) -> dict:
         result["reference_wall_seconds_per_iteration"] = statistics.median(w for _, w in theirs)
         result["reference_seconds_per_iteration_rounds"] = [c for c, _ in theirs]
         result["speed_vs_reference"] = result["reference_seconds_per_iteration"] / result["seconds_per_iteration"]
+    # peak RSS of the attack itself, before FlopCounterMode (whose bookkeeping holds memory of its own)
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    flops = result["flops_per_iteration"] = _flops(attack(2)) - _flops(attack(1))
+    if ref is not None:
+        result["reference_flops_per_iteration"] = _flops(ref.iteration)
     result["gflops_per_second"] = flops / 1e9 / result["seconds_per_iteration"]
     result["matmul_peak_gflops_in_run"] = max(peaks)
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
 
 

