@@ -22,6 +22,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from typing import Optional
 
 
 def _stats(values: list[float]) -> dict:
@@ -55,9 +56,11 @@ def paired(agic: dict[str, dict], invg: dict[str, dict]) -> dict:
     return out
 
 
-def from_run(folder: Path) -> dict[str, dict]:
-    """Paired statistics per setting of a `fedleak run` folder (its jobs/*/*/*.json)."""
+def from_run(folder: Path, iterations: Optional[int] = None, prefix: str = "") -> dict[str, dict]:
+    """Paired statistics per setting of a `fedleak run` folder (its jobs/*/*/*.json); settings are
+    named ``prefix + setting``; ``iterations`` for variants whose name carries no count."""
     rows: dict[str, dict[str, dict[str, dict]]] = {}
+    iterations_default = iterations
     for path in sorted(folder.glob("jobs/*/*/*.json")):
         job = json.loads(path.read_text())
         attack, _, iterations = job["variant"].rpartition("-")
@@ -66,8 +69,8 @@ def from_run(folder: Path) -> dict[str, dict]:
             continue
         rows.setdefault(job["setting"], {}).setdefault(kind, {})[job["client"]] = {
             "psnr": job["psnr"], "ssim": job["ssim"], "seconds": job["seconds"],
-            "iterations": int(iterations) if iterations.isdigit() else None}
-    return {setting: paired(kinds.get("agic", {}), kinds.get("invg", {})) for setting, kinds in rows.items()}
+            "iterations": int(iterations) if iterations.isdigit() else iterations_default}
+    return {prefix + setting: paired(kinds.get("agic", {}), kinds.get("invg", {})) for setting, kinds in rows.items()}
 
 
 def from_reference(path: Path) -> dict:
@@ -80,14 +83,19 @@ def from_reference(path: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="fedleak run output folders")
+    parser.add_argument("runs", nargs="+", help="fedleak run output folders, each as FOLDER or PREFIX=FOLDER "
+                        "or PREFIX=FOLDER:ITERATIONS (prefix for its setting names; iterations where the "
+                        "variant names carry none)")
     parser.add_argument("--reference", type=Path, help="earlier summary with per_client rows")
     parser.add_argument("--command", default="", help="the command that produced the runs (recorded)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     result = {"command": args.command, "settings": {}}
     for run in args.runs:
-        result["settings"].update(from_run(run))
+        prefix, _, folder = run.rpartition("=")
+        folder, _, iterations = folder.partition(":")
+        result["settings"].update(from_run(Path(folder), int(iterations) if iterations else None,
+                                           f"{prefix}/" if prefix else ""))
     if args.reference:
         result["reference"] = from_reference(args.reference)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
