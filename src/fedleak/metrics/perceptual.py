@@ -213,8 +213,8 @@ def convert_lpips_weights(sources: Iterable, out) -> Path:
     weight is missing or misshapen.
 
     This is the only place fedleak reads a torch pickle, and only because the published AlexNet
-    and LPIPS weights exist only as ``.pth`` files. It reads them with ``torch.load(...,
-    weights_only=True)``: torch's restricted unpickler, which rebuilds tensors and plain
+    and LPIPS weights exist only as ``.pth`` files. It reads them with torch's
+    ``weights_only=True`` loader: the restricted unpickler, which rebuilds tensors and plain
     containers and refuses every other global, so a crafted file cannot run code (a refused file
     is a :class:`FedleakError`). It runs once, on files the user names; LPIPS itself (and
     everything else fedleak loads) reads safetensors and JSON only.
