@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -95,10 +96,12 @@ class RayExecutor:
             return
         kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         try:
-            if self.address:
-                ray.init(address=self.address, **kwargs)
-            else:
-                ray.init(address="local", num_cpus=self.num_cpus, _node_ip_address="127.0.0.1", **kwargs)
+            with warnings.catch_warnings():  # Ray's "in future versions" tip about GPU env vars, on every start
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
+                if self.address:
+                    ray.init(address=self.address, **kwargs)
+                else:
+                    ray.init(address="local", num_cpus=self.num_cpus, _node_ip_address="127.0.0.1", **kwargs)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             where = self.address or "a local instance"
             raise FedleakError(f"could not start or reach Ray ({where}): {str(exc).splitlines()[0]}") from None
