@@ -35,6 +35,7 @@ from torch import nn
 from ... import data as fl_data
 from ... import models
 from ...errors import FedleakError
+from ...fl import client_update
 from ...types import ClientData, DataSpec, Protocol
 from .audit import LeakageAudit
 from .client import inspector_mod, share_truth
@@ -53,17 +54,15 @@ def federation_model(spec: DataSpec, malicious: bool, seed: int = 0, bins: int =
 
 
 def local_sgd(model: nn.Module, data: ClientData, lr: float, epochs: int, batch_size: int) -> float:
-    """The client's training, as in Flower's PyTorch templates: SGD over the batches in order."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    model.train()
-    loss = torch.zeros(())
-    for _ in range(epochs):
-        for start in range(0, len(data), batch_size):
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(data.inputs[start:start + batch_size]), data.labels[start:start + batch_size])
-            loss.backward()
-            optimizer.step()
-    return float(loss.detach())
+    """The client's training: fedleak's one client update (Alg. 1 of Dimitrov et al.; SGD over the
+    batches in order, as Flower's PyTorch templates train), loaded back into ``model``; returns the
+    trained model's loss on the client's data (the ``train-loss`` metric)."""
+    protocol = Protocol("fedavg", epochs=epochs, batch_size=min(batch_size, len(data)), lr=lr, reshuffle=False)
+    update = client_update(model, data, protocol, seed=0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(update.client_params[name])
+        return float(F.cross_entropy(model(data.inputs), data.labels))
 
 
 def make_client_app(clients: list[ClientData], model_fn: Callable[[], nn.Module], *, share: bool = False,
