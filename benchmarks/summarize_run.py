@@ -17,41 +17,33 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 from pathlib import Path
 
 from fedleak.job_files import load_results
-
-METRICS = ("rec_percent", "psnr", "ssim", "label_count_error")
-
-
-def _mean_std(values: list[float]) -> list[float] | None:
-    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    if not values:
-        return None
-    return [statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0]
-
-
-def _weighted(rows: list[dict], key: str) -> float | None:
-    pairs = [(r[key], r.get("num_inputs") or r.get("n") or r.get("num_samples") or 1) for r in rows
-             if isinstance(r.get(key), (int, float))]
-    total = sum(w for _, w in pairs)
-    return sum(v * w for v, w in pairs) / total if total else None
+from fedleak.run_report import summarize
 
 
 def summarize_rows(rows: list[dict]) -> dict:
-    """Client-mean ± std and image-weighted scores of one (setting, variant) group."""
-    out = {"clients": len(rows), "images": sum(r.get("num_inputs") or r.get("n") or 0 for r in rows)}
-    for key in METRICS:
-        stats = _mean_std([r.get(key) for r in rows])
-        if stats is not None:
-            out[key] = stats
-    out["rec_percent_images"] = _weighted(rows, "rec_percent")
-    out["psnr_images"] = _weighted(rows, "psnr")
-    out["seconds_per_job"] = _mean_std([r.get("seconds") for r in rows])
-    out["per_client"] = {r.get("client"): {k: r.get(k) for k in ("rec_percent", "psnr")} for r in rows}
-    return out
+    """One (setting, variant) group: fedleak's own client mean and std of every summary metric
+    (:func:`fedleak.run_report.summarize`), plus the image-weighted Rec % / PSNR and per-client scores."""
+    (stats,) = (v for by_variant in summarize([{**r, "setting": "-", "variant": "-"} for r in rows]).values()
+                for v in by_variant.values())
+    stats["images"] = sum(_images(r) for r in rows)
+    stats["rec_percent_images"] = _weighted(rows, "rec_percent")
+    stats["psnr_images"] = _weighted(rows, "psnr")
+    stats["per_client"] = {r.get("client"): {k: r.get(k) for k in ("rec_percent", "psnr")} for r in rows}
+    return stats
+
+
+def _images(row: dict) -> int:
+    return int(row.get("num_inputs") or row.get("n") or row.get("num_samples") or 1)
+
+
+def _weighted(rows: list[dict], key: str) -> float | None:
+    pairs = [(r[key], _images(r)) for r in rows if isinstance(r.get(key), (int, float))]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
 
 
 def _reference(spec: str, clients: set[str]) -> tuple[str, dict]:
@@ -91,10 +83,11 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for setting, by_variant in {**{k: {"ref": v} for k, v in references.items()}, **summary}.items():
         for variant, s in by_variant.items():
-            rec, psnr, p = s.get("rec_percent") or [math.nan] * 2, s.get("psnr") or [math.nan] * 2, s.get("paper") or {}
-            print(f"| {setting} | {variant} | {s['clients']} | {rec[0]:.1f} ± {rec[1]:.1f} | {psnr[0]:.2f} ± {psnr[1]:.2f} "
-                  f"| {s['rec_percent_images'] or math.nan:.1f} | {s['psnr_images'] or math.nan:.2f} "
-                  f"| {p.get('rec_percent', '—')} | {p.get('psnr', '—')} |")
+            p = s.get("paper") or {}
+            mean_std = lambda key, f: f"{s.get(key, math.nan):{f}} ± {s.get(key + '_std', math.nan):{f}}"
+            print(f"| {setting} | {variant} | {s['clients']} | {mean_std('rec_percent', '.1f')} | "
+                  f"{mean_std('psnr', '.2f')} | {s['rec_percent_images'] or math.nan:.1f} | "
+                  f"{s['psnr_images'] or math.nan:.2f} | {p.get('rec_percent', '—')} | {p.get('psnr', '—')} |")
     return 0
 
 
