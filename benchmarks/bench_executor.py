@@ -1,7 +1,7 @@
 """Ray vs local executor: jobs per hour of ``fedleak run`` on a 4-job experiment, and Ray's overhead per job.
 
 The experiment: 4 digits clients × Inverting Gradients against FedSGD on the FEMNIST CNN (one
-variant, ``--iterations`` steps each), run end to end through :func:`fedleak.experiment.run_experiment`
+variant, ``--iterations`` steps each), run end to end through :func:`fedleak.runs.experiment.run_experiment`
 into fresh folders:
 
 * ``local-1thread``: the local executor, torch with 1 thread (the Ray workers' setting);
@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from fedleak.config import parse_config
-from fedleak.execution import RayExecutor
-from fedleak.experiment import run_experiment
+from fedleak.runs.execution import RayExecutor
+from fedleak.runs.experiment import run_experiment
 
 
 def experiment(iterations: int, clients: int) -> dict:

@@ -20,13 +20,13 @@ import os
 import sys
 from pathlib import Path
 
-from fedleak.job_files import load_results
-from fedleak.run_report import summarize
+from fedleak.runs.job_files import load_results
+from fedleak.runs.run_report import summarize
 
 
 def summarize_rows(rows: list[dict]) -> dict:
     """One (setting, variant) group: fedleak's own client mean and std of every summary metric
-    (:func:`fedleak.run_report.summarize`), plus the image-weighted Rec % / PSNR and per-client scores."""
+    (:func:`fedleak.runs.run_report.summarize`), plus the image-weighted Rec % / PSNR and per-client scores."""
     (stats,) = (v for by_variant in summarize([{**r, "setting": "-", "variant": "-"} for r in rows]).values()
                 for v in by_variant.values())
     stats["images"] = sum(_images(r) for r in rows)

@@ -238,7 +238,7 @@ def test_runner_attacks_the_rounds_of_two_epochs(tmp_path):
     """A ``rounds`` section makes a job observe the client's updates over two epochs and attack them
     jointly (AGIC Table III, "epochs 1,2"); an attack without ``reconstruct_rounds`` is refused."""
     from fedleak.config import parse_config
-    from fedleak.experiment import Runner
+    from fedleak.runs.experiment import Runner
 
     raw = {"name": "rounds", "data": {"dataset": "digits", "num_clients": 1, "samples_per_client": 2},
            "model": {"name": "lenet"}, "protocol": {"algorithm": "fedavg", "epochs": 1, "batch_size": 1, "lr": 1e-3},

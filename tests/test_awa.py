@@ -158,7 +158,7 @@ def test_table4_preset_runs_cases_1_to_4_end_to_end(tmp_path):
     import json
 
     from fedleak.config import apply_overrides, load_preset
-    from fedleak.experiment import Runner
+    from fedleak.runs.experiment import Runner
 
     config = apply_overrides(load_preset("awa-table4"), quick=True, variants=["awa-quick"],
                              variant_options={"iterations": 4, "bayes_iterations": 3})

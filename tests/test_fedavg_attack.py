@@ -203,7 +203,7 @@ def test_baselines_and_label_restoration_run(digits_update):
 
 def test_train_fedavg_is_the_mean_of_client_updates():
     from fedleak.fl.training import train_fedavg
-    from fedleak.params import params_of
+    from fedleak.types.params import params_of
     from fedleak.types import ClientData
 
     spec = DataSpec("tiny", (1, 4, 4), 3, (0.0,), (1.0,))

@@ -21,7 +21,7 @@ from fedleak.attacks.layer_weights import (
     relu_modifier,
     zero_fraction,
 )
-from fedleak.params import layers
+from fedleak.types.params import layers
 
 
 class TinyCNN(nn.Module):

@@ -12,7 +12,7 @@ from fedleak import DataSpec, FedleakError
 from fedleak.models import MODELS, build, model_options, register
 from fedleak.models import registry
 from fedleak.models.zoo import TRUNC_NORMAL_STD
-from fedleak.params import layers, last_linear
+from fedleak.types.params import layers, last_linear
 
 FEMNIST = DataSpec("femnist", (1, 28, 28), 62, (0.9642384386141873,), (0.15767843198426892,))
 CIFAR10 = DataSpec("cifar10", (3, 32, 32), 10, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))

@@ -12,8 +12,8 @@ import torch
 
 from fedleak.config import parse_config
 from fedleak.errors import FedleakError
-from fedleak.execution import KILL_ONCE_ENV, RayExecutor
-from fedleak.experiment import run_experiment
+from fedleak.runs.execution import KILL_ONCE_ENV, RayExecutor
+from fedleak.runs.experiment import run_experiment
 from test_resume import scores  # every job's numbers but its wall time, by file
 
 ray = pytest.importorskip("ray")

@@ -20,9 +20,9 @@ import torch
 
 from fedleak.config import parse_config
 from fedleak.errors import FedleakError
-from fedleak.experiment import Runner
-from fedleak.naming import check_distinct, file_name
-from fedleak.run_report import report_run
+from fedleak.runs.experiment import Runner
+from fedleak.runs.naming import check_distinct, file_name
+from fedleak.runs.run_report import report_run
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

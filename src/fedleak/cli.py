@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .cli_args import (_SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, _device, _dtype, _int_type, _nonempty,
+from .config.cli_args import (_SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, _device, _dtype, _int_type, _nonempty,
                        _options, _Parser, _positive_float, _set_threads, _show_progress)
 from .errors import FedleakError
-from .outdir import prepare_out_dir
+from .runs.outdir import prepare_out_dir
 
 # -- commands ------------------------------------------------------------------------------------
 
@@ -41,7 +41,7 @@ def cmd_audit(args) -> int:
 
 def cmd_simulate(args) -> int:
     from . import data, models
-    from .experiment import threat_metadata
+    from .runs.experiment import threat_metadata
     from .fl import Defense, client_update
     from .types import Protocol
 
@@ -120,8 +120,8 @@ def cmd_attack(args) -> int:
 
 def cmd_run(args) -> int:
     from .config import apply_overrides, load_config, load_preset
-    from .execution import make_executor
-    from .experiment import run_experiment
+    from .runs.execution import make_executor
+    from .runs.experiment import run_experiment
 
     if bool(args.config) == bool(args.preset):
         raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
@@ -142,7 +142,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .run_report import report_run
+    from .runs.run_report import report_run
 
     path = report_run(args.run_dir)
     print(f"report written to {path}")

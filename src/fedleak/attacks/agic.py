@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import FedleakError
-from ..params import check_update
+from ..types.params import check_update
 from ..types import DataSpec, Params, Reconstruction, Update
 from .base import Attack, AttackOptions, auto_label_strategy, register
 from .gradient_inversion import GradientInversion

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar
 from torch import nn
 
 from ..errors import FedleakError, check_options, unknown_choice
-from ..params import check_update
+from ..types.params import check_update
 from ..types import DataSpec, Reconstruction, Update
 from .optimize import OptimizerConfig
 

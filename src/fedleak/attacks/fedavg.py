@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 from ..errors import FedleakError, unknown_choice
-from ..params import layers
+from ..types.params import layers
 from ..types import DataSpec, Reconstruction, Update
 from .base import Attack, AttackOptions, register
 from .labels import RECLABEL_MODES, ROUNDINGS, counts_to_labels, known_labels, labels_to_counts, reclabels

@@ -18,7 +18,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..errors import FedleakError
-from ..params import last_linear, weight_and_bias
+from ..types.params import last_linear, weight_and_bias
 from ..types import DataSpec, Params, Update
 
 

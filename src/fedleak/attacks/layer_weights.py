@@ -1,6 +1,6 @@
 """Layer weights for update-matching distances: AGIC (Xu et al. 2022) and AWA (Song et al. 2023).
 
-Every function works on the layers found by :func:`fedleak.params.layers` (parameterized modules
+Every function works on the layers found by :func:`fedleak.types.params.layers` (parameterized modules
 in registration order, each of kind ``conv`` / ``bn`` / ``fc`` / ``other``) and returns weights
 keyed by parameter name (``named_parameters()``), the form :func:`~fedleak.attacks.losses.update_distance`
 takes. All parameters of one module (weight and bias) share that module's weight.
@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from ..errors import FedleakError, unknown_choice
-from ..params import Layer, layers
+from ..types.params import Layer, layers
 from ..types import Params
 
 AGIC_SHAPES = ("constant", "linear", "log", "exp")

@@ -51,7 +51,7 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     ``None`` or a callable receiving event dicts (:mod:`fedleak.audit.progress`). ``log`` prints the
     summary (``None`` for silence).
     """
-    from ..cli_args import _device  # the one device check (names, availability); lazy: cli imports the package
+    from ..config.cli_args import _device  # the one device check (names, availability); lazy: cli imports the package
 
     cfg = _config(config, settings)
     log = log or (lambda *_: None)

@@ -29,7 +29,7 @@ from torch.autograd.function import once_differentiable
 from torch.func import functional_call, grad, vmap
 
 from ..errors import FedleakError
-from ..params import NORM_TYPES, buffers_of, check_finite, params_of
+from ..types.params import NORM_TYPES, buffers_of, check_finite, params_of
 from ..types import ClientData, Params, Protocol, Update
 from .defenses import Defense
 

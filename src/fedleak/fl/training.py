@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import FedleakError
-from ..params import buffers_of, params_of
+from ..types.params import buffers_of, params_of
 from ..types import ClientData, Protocol
 from .client import client_update
 from .defenses import Defense

@@ -2,7 +2,7 @@
 
 Every model takes its input shape and class count from the :class:`~fedleak.types.DataSpec`,
 returns **logits** (cross-entropy on logits equals the papers' NLL on log-softmax), and
-registers its submodules in forward order, so :func:`fedleak.params.layers` lists layers from
+registers its submodules in forward order, so :func:`fedleak.types.params.layers` lists layers from
 first to last. Build them through :func:`fedleak.models.build`, which seeds and restores the RNG.
 
 =================  ===============================================================================

@@ -9,10 +9,10 @@ from typing import Optional
 import torch
 
 from ..errors import FedleakError
-from ..storage import load_tensors as _load_tensors
-from ..storage import read_json as _read_json
-from ..storage import save_tensors as _save_tensors
-from ..storage import write_json as _write_json
+from ..runs.storage import load_tensors as _load_tensors
+from ..runs.storage import read_json as _read_json
+from ..runs.storage import save_tensors as _save_tensors
+from ..runs.storage import write_json as _write_json
 
 
 @dataclass

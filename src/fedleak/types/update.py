@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import FedleakError
-from ..storage import check_tensors as _check_tensors
-from ..storage import load_tensors as _load_tensors
-from ..storage import read_json as _read_json
-from ..storage import save_tensors as _save_tensors
-from ..storage import write_json as _write_json
+from ..runs.storage import check_tensors as _check_tensors
+from ..runs.storage import load_tensors as _load_tensors
+from ..runs.storage import read_json as _read_json
+from ..runs.storage import save_tensors as _save_tensors
+from ..runs.storage import write_json as _write_json
 from .data import DataSpec
 from .limits import MAX_SAMPLES, Params, _is_int
 from .protocol import Protocol

@@ -1,6 +1,6 @@
 """What a ``fedleak run`` folder says: ``results.jsonl``, ``summary.json``, ``table.md``, ``report.html``.
 
-Everything is rebuilt from the finished job files (:func:`fedleak.job_files.load_results`), so a
+Everything is rebuilt from the finished job files (:func:`fedleak.runs.job_files.load_results`), so a
 report of an interrupted run shows the jobs that finished and says how many of how many. The run's
 ``config.json`` (written before the first job) gives the experiment's name, description, the
 paper's numbers and the number of planned jobs.
@@ -13,7 +13,7 @@ import math
 import statistics
 from pathlib import Path
 
-from .errors import FedleakError
+from ..errors import FedleakError
 from .job_files import load_results, write_json
 
 SUMMARY_METRICS = ("rec_percent", "psnr", "ssim", "mse", "iip", "lpips", "label_count_error", "label_accuracy",
@@ -68,7 +68,7 @@ def comparison_table(name: str, description: str, by_setting: dict, paper: dict)
     """Markdown (``table.md``): the title, the description and :func:`comparison_rows`, user text escaped."""
     from html import escape
 
-    from .report import markdown_table
+    from ..report import markdown_table
 
     rows, columns = comparison_rows(by_setting, paper)
     title, text = (escape(" ".join(str(t).split()), quote=False) for t in (name, description))
@@ -116,7 +116,7 @@ def report_run(run_dir, images_per_variant: int = 3) -> Path:
     """
     from PIL import Image
 
-    from .report import html_report
+    from ..report import html_report
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir() or not ((run_dir / "jobs").is_dir() or (run_dir / "config.json").exists()):

@@ -3,12 +3,12 @@
 For every job the pipeline of ``DESIGN.md`` runs once: the client computes its update with the one
 client update (:func:`fedleak.fl.client_update`), the server is told what the threat model lets
 it know (``threat.labels``), the attack reconstructs, metrics compare. Jobs run on an executor
-(:mod:`fedleak.execution`: in this process or as Ray tasks); this process writes each job's
-result to ``OUT/jobs/<setting>/<variant>/<client>.json`` (:mod:`fedleak.job_files`) as soon as it
+(:mod:`fedleak.runs.execution`: in this process or as Ray tasks); this process writes each job's
+result to ``OUT/jobs/<setting>/<variant>/<client>.json`` (:mod:`fedleak.runs.job_files`) as soon as it
 arrives, so an interrupted run resumes by running the same command again: a job file is reused only
 if it is complete and carries the hash of the job's fully resolved configuration; any other file is
 kept aside as ``*.stale`` and the job recomputed. At the end ``results.jsonl``, ``summary.json`` and
-``table.md`` (ours beside the paper's numbers) are (re)written (:mod:`fedleak.run_report`).
+``table.md`` (ours beside the paper's numbers) are (re)written (:mod:`fedleak.runs.run_report`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from typing import Callable
 
 import torch
 
-from . import attacks, data, metrics, models
-from .config import ExperimentConfig, Setting, Variant
-from .errors import FedleakError
+from .. import attacks, data, metrics, models
+from ..config import ExperimentConfig, Setting, Variant
+from ..errors import FedleakError
 from .execution import LocalExecutor
-from .fl import Defense, batch_schedule, client_rounds, client_update
+from ..fl import Defense, batch_schedule, client_rounds, client_update
 from .job_files import RECORD_METRICS, data_digest, job_hash, job_path, keep_aside, reusable, write_json
 from .naming import check_distinct
 from .run_report import write_outputs
-from .types import ClientData, Protocol
+from ..types import ClientData, Protocol
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -127,7 +127,7 @@ class Runner:
             model = models.build(section["name"], spec, seed=int(section.get("seed", 0)), **(section.get("options") or {}))
             rounds = int(section.get("train_rounds", 0))
             if rounds > 0:
-                from .fl.training import train_fedavg
+                from ..fl.training import train_fedavg
 
                 _, pool = self.dataset({**data_section, "num_clients": max(int(data_section.get("num_clients", 10)), 100),
                                         "first_client": 0})
@@ -332,7 +332,7 @@ class _Progress:
 
 def _grid(rec, client: ClientData, spec, scores: dict):
     """Originals above their matched reconstructions (at most 16), as a PIL image."""
-    from .report import comparison_grid
+    from ..report import comparison_grid
 
     order = scores.get("assignment") or []
     originals = spec.denormalize(client.inputs.detach().cpu().float())

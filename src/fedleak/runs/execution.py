@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from .errors import FedleakError
+from ..errors import FedleakError
 
 #: test hook: when this environment variable names a file that does not exist yet, the first Ray
 #: task to start creates it and SIGKILLs its own worker process (shows that Ray retries the job).
@@ -35,7 +35,7 @@ class LocalExecutor:
     name = "local"
 
     def map(self, fn: Callable, context: Any, tasks: Sequence, progress=None) -> Iterator[tuple[int, Any]]:
-        from .attacks.optimize import progress_reporter
+        from ..attacks.optimize import progress_reporter
 
         for index, task in enumerate(tasks):
             with progress_reporter(progress):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import FedleakError
+from ..errors import FedleakError
 
 
 def prepare_out_dir(path, option: str = "--out") -> Path:

@@ -11,7 +11,7 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from .errors import FedleakError
+from ..errors import FedleakError
 
 
 def _parse_value(text: str):

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-from .errors import FedleakError
+from ..errors import FedleakError
 
 Params = dict[str, torch.Tensor]
 

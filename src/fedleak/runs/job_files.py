@@ -1,7 +1,7 @@
 """One experiment job's result file: where it lives, when it may be reused, how it is written.
 
 A job file ``OUT/jobs/<setting>/<variant>/<client>.json`` (names through
-:func:`fedleak.naming.file_name`) is written atomically (temporary file, then rename), so a
+:func:`fedleak.runs.naming.file_name`) is written atomically (temporary file, then rename), so a
 killed run leaves either the whole record or none. On resume a file is reused only if it parses,
 holds every field of a finished record and carries the ``job_hash`` of the job as configured now
 (:func:`job_hash`); anything else is renamed to ``<client>.json.stale[-N]`` (never deleted) and the

@@ -17,7 +17,7 @@ import hashlib
 import string
 from typing import Iterable
 
-from .errors import FedleakError
+from ..errors import FedleakError
 
 _KEEP = frozenset(string.ascii_letters + string.digits + "_-")
 MAX_LENGTH = 120

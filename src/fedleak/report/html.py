@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from .errors import FedleakError, check_options
+from ..errors import FedleakError, check_options
 
 __all__ = ["image_grid", "comparison_grid", "save_png", "markdown_table", "html_report"]
 
@@ -372,7 +372,7 @@ def html_report(path, title: str, sections: list[dict]) -> Path:
     Images are embedded as base64 PNG data URIs and the CSS is inline, so the file can be mailed
     or archived alone. All text is escaped.
     """
-    from . import __version__
+    from .. import __version__
 
     if isinstance(sections, dict):
         raise FedleakError("sections must be a list of dicts")

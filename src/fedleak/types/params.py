@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .errors import FedleakError
-from .types import Params, Update
+from ..errors import FedleakError
+from .limits import Params
+from .update import Update
 
 CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.LayerNorm)
