@@ -62,4 +62,7 @@ def config_from_args(args) -> AuditConfig:
         given["attacks"] = tuple(a.strip() for a in args.attacks.split(",") if a.strip())
     if args.no_malicious:
         given["malicious"] = False
+    from ..config.boundary import settings_model, validate
+
+    validate(settings_model(AuditConfig), given, style="flag")  # errors name the flag (--batch-size)
     return base.merged(given)

@@ -162,7 +162,11 @@ class Auditor:
         protocol, n = scenario.protocol, scenario.samples
         q = plan.sample_rate if plan.sample_rate is not None else protocol.batch_size_for(n) / n
         steps = plan.rounds * protocol.num_steps(n)
-        out = federation_epsilon(PrivacyParameters(plan.defense.scale, q, steps, plan.delta))
+        if plan.defense.scale == 0:  # clipping only (dp-sgd:clip=C,noise=0): no DP guarantee to account
+            out = {"delta": plan.delta, "noise_multiplier": 0.0, "sample_rate": q, "steps": steps,
+                   "epsilon_rdp": None, "epsilon_prv": None, "note": "noise 0: clipping only, no DP guarantee (ε = ∞)"}
+        else:
+            out = federation_epsilon(PrivacyParameters(plan.defense.scale, q, steps, plan.delta))
         out.update({"rounds": plan.rounds, "clip": plan.defense.clip,
                     "sample_rate_source": "given" if plan.sample_rate is not None else "batch size / samples"})
         return out
