@@ -100,9 +100,11 @@ def _run_config(run_dir: Path) -> dict:
     path = run_dir / "config.json"
     if not path.exists():
         return {}
+    from ..config.json_safe import read_json_file
+
     try:
-        config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = read_json_file(path)
+    except FedleakError:
         return {}
     return config if isinstance(config, dict) else {}
 
