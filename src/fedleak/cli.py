@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 from .config.cli_args import (_SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, _device, _dtype, _int_type, _nonempty,
                        _options, _Parser, _positive_float, _set_threads, _show_progress)
 from .errors import FedleakError
-from .runs.outdir import prepare_out_dir
+from .runs.outdir import contain_caches, prepare_out_dir
 
 # -- commands ------------------------------------------------------------------------------------
 
@@ -349,6 +349,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if getattr(args, "out", None) is not None:
             prepare_out_dir(args.out)
+            contain_caches(args.out)  # matplotlib's font cache, torch's compile cache: inside --out
         _set_threads(args)
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows up here, inside the handlers below
