@@ -16,7 +16,9 @@ from ..errors import FedleakError
 
 def prepare_out_dir(path, option: str = "--out") -> Path:
     """``path`` as a :class:`Path` after checking that it is, or can become, a writable folder."""
-    if path is None or str(path).strip() == "":
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise FedleakError(f"{option} must be a folder path, got {path!r}")
+    if str(path).strip() == "":
         raise FedleakError(f"{option} needs a folder name, got {path!r}")
     if "\x00" in str(path):
         raise FedleakError(f"{option} {str(path)!r} contains a NUL character")
