@@ -346,10 +346,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     threads_before = torch.get_num_threads()
     previous_sigterm = _install_sigterm()
+    cache_variables: dict = {}
     try:
         if getattr(args, "out", None) is not None:
             prepare_out_dir(args.out)
-            contain_caches(args.out)  # matplotlib's font cache, torch's compile cache: inside --out
+            cache_variables = contain_caches(args.out)  # matplotlib's font cache, torch's compile cache: in --out
         _set_threads(args)
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows up here, inside the handlers below
@@ -384,6 +385,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
         torch.set_num_threads(threads_before)
+        for variable in cache_variables:  # main() called in-process (tests, notebooks): leave the env as found
+            os.environ.pop(variable, None)
 
 
 if __name__ == "__main__":
