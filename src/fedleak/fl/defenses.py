@@ -37,6 +37,8 @@ _PAPER_NAMES = {"dp_gaussian": "gaussian", "dp_laplacian": "laplacian", "random_
 
 #: the largest defense strength or clipping norm (beyond it noise overflows float32)
 MAX_STRENGTH = 1e6
+#: the largest clipping norm (a norm that never binds, e.g. 1e9, is allowed; 1e308 overflows the norms)
+MAX_CLIP = 1e12
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,16 @@ class Defense:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise FedleakError(f"unknown defense {self.kind!r}; allowed: {', '.join(KINDS)}")
-        for name, value in (("strength", self.scale), ("clip", self.clip)):
+        for name, value, most in (("strength", self.scale, MAX_STRENGTH), ("clip", self.clip, MAX_CLIP)):
             if value is None and name == "clip":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or abs(value) > MAX_STRENGTH:
-                raise FedleakError(f"defense {self.kind} {name} must be a finite number up to {MAX_STRENGTH:g}, "
+                    or abs(value) > most:
+                raise FedleakError(f"defense {self.kind} {name} must be a finite number up to {most:g}, "
                                    f"got {value!r}")
         if self.scale < 0:
+            if self.kind == "dp-sgd":
+                raise FedleakError(f"dp-sgd noise multiplier σ must be positive (or 0: clipping only), got {self.scale}")
             raise FedleakError(f"defense scale must be non-negative, got {self.scale}")
         if self.kind == "pruning" and not 0 <= self.scale < 1:
             raise FedleakError(f"pruning probability must be in [0, 1), got {self.scale}")
