@@ -14,9 +14,7 @@ federation's accounting parameters, also top-level keys) and ``secagg:K``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from ..config.boundary import finite_float, settings_model, validate

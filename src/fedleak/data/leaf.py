@@ -14,7 +14,6 @@ inputs are normalized with the FEMNIST mean/std used there.
 
 from __future__ import annotations
 
-import json
 import string
 from pathlib import Path
 from typing import Optional
