@@ -455,3 +455,27 @@ def test_flower_arrays_are_checked_against_the_model(arrays, named):
 
     with pytest.raises(FedleakError, match=named):
         split_arrays(_Tiny(), arrays)
+
+
+def test_an_audit_rerun_removes_old_plots_and_leaves_no_staging(tmp_path, monkeypatch):
+    from fedleak.audit import report
+    from fedleak.audit import run as run_module
+
+    def save_plots(folder, plots):
+        (folder / "new.png").write_bytes(b"png")
+        return ["new.png"]
+
+    monkeypatch.setattr(report, "make_plots", lambda result, examples: {})
+    monkeypatch.setattr(report, "save_plots", save_plots)
+    monkeypatch.setattr(report, "write_report", lambda folder, *a: (folder / "report.html").write_text("<html>"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"plots": ["old.png", "new.png", "../evil.png"], "config_hash": "a"}))
+    (out / "old.png").write_bytes(b"old")
+    (tmp_path / "evil.png").write_bytes(b"keep")
+    notes = []
+    run_module._write(out, {"config_hash": "b"}, [], notes.append)
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "new.png", "report.html"]
+    assert (tmp_path / "evil.png").exists()  # only plain names inside out are ever removed
+    assert notes and "another configuration" in notes[0]
+    assert json.loads((out / "metrics.json").read_text())["config_hash"] == "b"
