@@ -479,3 +479,15 @@ def test_an_audit_rerun_removes_old_plots_and_leaves_no_staging(tmp_path, monkey
     assert (tmp_path / "evil.png").exists()  # only plain names inside out are ever removed
     assert notes and "another configuration" in notes[0]
     assert json.loads((out / "metrics.json").read_text())["config_hash"] == "b"
+
+
+def test_a_png_with_a_broken_chunk_is_one_line(tmp_path):
+    """Found by benchmarks/fuzz_long.py (seed 21): PIL raises SyntaxError on a broken chunk."""
+    from fedleak.data.imagefolder import read_image
+
+    path = tmp_path / "broken.png"
+    path.write_bytes(b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x04\x00\x00\x00\x04\x08\x02\x00\x00\x00&\x93'
+                     b'\t)\x00\x00\x00\x00IDATx\x9ccd`db\x86\x01\x16\x1e\x1e\x1e"8\x00\x16\xaa\x00\xe9(\xd7\xa4\x19'
+                     b'\x00\x00\x00\x00IEND\xaeB`\x82')
+    with pytest.raises(FedleakError, match="broken.png"):
+        read_image(path, 4, 3)

@@ -72,11 +72,21 @@ def _load_truth(directory: Path):
 
     from .types import ClientData
 
+    from safetensors import SafetensorError
+
+    from .runs.storage import check_labels
+
     path = directory / "truth.safetensors"
     if not path.exists():
         return None
-    tensors = load_file(str(path))
-    return ClientData(tensors["inputs"], tensors["labels"])
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise FedleakError(f"corrupt safetensors file {path}: {exc}") from None
+    if set(tensors) != {"inputs", "labels"} or not tensors["inputs"].is_floating_point():
+        raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
+                           f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
+    return ClientData(tensors["inputs"], check_labels(tensors["labels"], str(path), len(tensors["inputs"])))
 
 
 def cmd_attack(args) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from ..errors import FedleakError, check_options
 from ..types import ClientData, DataSpec
@@ -101,10 +101,11 @@ def read_image(path: Path, size: int, channels: int) -> np.ndarray:
                 raise FedleakError(f"image {path}: floating-point pixels (mode F) are not read; use 8- or 16-bit")
             image = image.convert("RGB" if channels == 3 else "L")
             array = np.asarray(_fit(image, size), dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        if isinstance(exc, FedleakError):
-            raise
-        raise FedleakError(f"cannot read image {path}: {exc}") from None
+    except FedleakError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - PIL's decoders raise SyntaxError, struct.error, ... on broken files
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise FedleakError(f"cannot read image {path}: {detail}") from None
     return array[None] if channels == 1 else array.transpose(2, 0, 1)
 
 
