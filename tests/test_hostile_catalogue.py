@@ -491,3 +491,19 @@ def test_a_png_with_a_broken_chunk_is_one_line(tmp_path):
                      b'\x00\x00\x00\x00IEND\xaeB`\x82')
     with pytest.raises(FedleakError, match="broken.png"):
         read_image(path, 4, 3)
+
+
+@pytest.mark.parametrize("command", [["run", "--preset", "robbing-fedavg", "--quick"], ["audit", "--quiet"]])
+def test_a_second_run_on_the_same_out_refuses_naming_the_pid(tmp_path, capsys, command):
+    """Issue 23 item 5: two `fedleak run` (or audit) processes on one --out; the second one refuses."""
+    import socket
+
+    from fedleak.runs.lock import LOCK_NAME
+
+    out = tmp_path / "out"
+    out.mkdir()
+    other = os.getppid()
+    (out / LOCK_NAME).write_text(json.dumps({"pid": other, "host": socket.gethostname(), "command": "fedleak run"}))
+    code, err = _cli([*command, "--out", str(out)], capsys)
+    assert code == 2 and f"PID {other}" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]

@@ -16,6 +16,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from pathlib import Path
 
 from .. import data
 from ..errors import FedleakError
@@ -63,12 +64,25 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     if log is not None and not callable(log):
         raise FedleakError(f"fedleak.audit(): log must be a callable (e.g. print) or None, got {type(log).__name__}")
     out = prepare_out_dir(out, "fedleak.audit(): out")
-    show = reporter(progress)  # an unknown progress mode fails here, before any work
+    if not callable(progress) and progress not in (None, False, "quiet", "none", "auto", "bar", "log"):
+        reporter(progress)  # an unknown progress mode fails here (one line listing the modes), before any work
     log = log or (lambda *_: None)
     sweep = cfg.sweep_plan()
     values = list(sweep.values) if sweep else [None]
     plans = [cfg.resolve(**({sweep.knob: v} if sweep else {})) for v in values]
     device = _device(cfg.device)
+
+    from ..runs.lock import OutLock
+
+    lock = OutLock(out, "fedleak audit").acquire()  # a second audit on this --out refuses before any work
+    try:
+        return _locked(cfg, out, log, progress, sweep, values, plans, device)
+    finally:
+        lock.release()
+
+
+def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict:
+    """The audit once its configuration is valid and ``out`` is locked: data, model, attacks, outputs."""
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
     spec, pool = data.load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=max_samples,
@@ -83,9 +97,7 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     check_fits(model, pool[0].inputs, spec, cfg.model)
     model = model.to(device)
 
-    from ..runs.lock import OutLock
-
-    lock = OutLock(out, "fedleak audit").acquire()
+    show = reporter(progress)
     try:
         auditor = Auditor(cfg, spec, model, pool, device, show)
         n_params = sum(p.numel() for p in model.parameters())
@@ -117,7 +129,6 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     finally:
         if show is not None and hasattr(show, "close"):
             show.close()
-        lock.release()
     _log_summary(log, result, out)
     return result
 
