@@ -80,5 +80,5 @@ def load_pickle(path: Path):
         raise
     except Exception as exc:  # noqa: BLE001 - any decoding failure of a data file names the file
         detail = " ".join(str(exc).split())[:200]
-        raise FedleakError(f"corrupt or refused pickle file {path}: {type(exc).__name__}: {detail} (CIFAR data is "
+        raise FedleakError(f"corrupt pickle file {path}: {type(exc).__name__}: {detail} (CIFAR data is "
                            "read from the official python batches or an .npz file)") from None
