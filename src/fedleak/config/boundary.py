@@ -88,7 +88,7 @@ def field_type(hint, meta: Optional[dict] = None):
         return Annotated[tuple[item, ...], BeforeValidator(_tuple_of_str)]
     if hint is dict or origin is dict:
         return dict
-    return Any
+    return hint  # Literal[...], list[str], a class: pydantic checks it strictly (Any stays open)
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,7 +100,12 @@ def settings_model(cls) -> type[BaseModel]:
     for f in dataclasses.fields(cls):
         if f.name == "extra":
             continue
-        definitions[f.name] = (field_type(hints[f.name], {**bounds.get(f.name, {}), **f.metadata}), None)
+        kind = field_type(hints[f.name], {**bounds.get(f.name, {}), **f.metadata})
+        try:  # a type pydantic cannot check is left open rather than breaking every config
+            create_model("Probe", __config__=_STRICT, value=(kind, None))
+        except Exception:  # noqa: BLE001
+            kind = Any
+        definitions[f.name] = (kind, None)
     return create_model(f"{cls.__name__}Settings", __config__=_STRICT, **definitions)
 
 
@@ -128,7 +133,8 @@ def _explain(error: dict) -> str:
         return "is not a known key"
     if kind == "missing":
         return "is required"
-    return " ".join(str(error.get("msg", "is not valid")).split())
+    text = " ".join(str(error.get("msg", "is not valid")).split())
+    return text.replace("Input should be", "must be", 1)
 
 
 def _short(value) -> str:
