@@ -20,6 +20,7 @@ import torch
 from .. import metrics
 from ..attacks.imprint import expected_recovered
 from ..attacks.optimize import progress_reporter
+from ..errors import FedleakError
 from ..fl import client_update
 from ..fl.accounting import PrivacyParameters, federation_epsilon
 from ..fl.secagg import concatenate, secure_aggregate
@@ -101,10 +102,21 @@ class Auditor:
         return [[c.subset(samples).to(self.device) for c in pool[t * k:(t + 1) * k]] for t in range(self.config.clients)]
 
     def observe(self, model, group: list[ClientData], scenario: Scenario, plan: Plan, seed: int):
-        """What the server receives from the group: one client's update or the secure aggregate."""
-        if plan.secagg == 1:
-            return client_update(model, group[0], scenario.protocol, seed=seed, defense=plan.defense)
-        return secure_aggregate(model, group, scenario.protocol, seed=seed, defense=plan.defense)
+        """What the server receives from the group: one client's update or the secure aggregate.
+
+        An update that overflows (NaN/Inf, e.g. a huge learning rate) is reported naming the settings
+        that produced it, not a tensor."""
+        try:
+            if plan.secagg == 1:
+                return client_update(model, group[0], scenario.protocol, seed=seed, defense=plan.defense)
+            return secure_aggregate(model, group, scenario.protocol, seed=seed, defense=plan.defense)
+        except FedleakError as exc:
+            if "non-finite" not in str(exc) and "NaN" not in str(exc):
+                raise
+            p = scenario.protocol
+            raise FedleakError(f"the {p.algorithm} client's update overflowed to NaN/Inf with lr={p.lr:g}, "
+                               f"epochs={p.epochs}, defense {plan.defense.to_text()}: lower --lr (or the defense's "
+                               "strength)") from None
 
     # -- one setting ---------------------------------------------------------------------------
     def point(self, plan: Plan, label: str = "") -> PointResult:
