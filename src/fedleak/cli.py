@@ -53,8 +53,15 @@ def cmd_simulate(args) -> int:
     model = models.build(args.model, spec, seed=args.model_seed).to(_device(args.device))
     protocol = Protocol(args.algorithm, args.epochs, args.batch_size, args.lr, not args.static_batches)
     client = client.to(_device(args.device))
-    update = client_update(model, client, protocol, seed=args.seed, defense=Defense.parse(args.defense),
-                           metadata={"model": {"name": args.model, "seed": args.model_seed}, "spec": spec.to_json()})
+    try:
+        update = client_update(model, client, protocol, seed=args.seed, defense=Defense.parse(args.defense),
+                               metadata={"model": {"name": args.model, "seed": args.model_seed},
+                                         "spec": spec.to_json()})
+    except FedleakError as exc:
+        if "non-finite" not in str(exc):
+            raise
+        raise FedleakError(f"the update overflowed to NaN/Inf with --lr {args.lr:g}, --epochs {args.epochs}, "
+                           f"--defense {args.defense}: lower --lr") from None
     update.metadata.update(threat_metadata(args.share_labels, client, protocol, args.seed, spec.num_classes))
     out = update.save(args.out)
     if not args.no_truth:
