@@ -32,7 +32,6 @@ import json
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -93,7 +92,9 @@ class LeakageAudit(Strategy):
             self.attack = self._build(attack)  # unknown names and options fail here, not mid-federation
         self.blocking, self.evaluation, self.save_updates = bool(blocking), bool(evaluation), bool(save_updates)
         self.arrayrecord_key, self.num_examples_key = arrayrecord_key, num_examples_key
-        self.out = Path(out)
+        from ...runs.outdir import prepare_out_dir
+
+        self.out = prepare_out_dir(out, "out")
         self.out.mkdir(parents=True, exist_ok=True)
         self.records: list[dict] = []
         self._lock = threading.Lock()

@@ -21,7 +21,6 @@ subclasses Flower's ``Strategy`` when ``flwr`` is installed (``pip install flwr`
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -84,7 +83,9 @@ class LeakageRecorder(_StrategyBase):
             attack = build(attack, **(attack_options or {}))
         self.strategy, self.model, self.protocol, self.keys = strategy, model, protocol, keys
         self.attack, self.spec, self.ship, self.clients = attack, spec, ship, clients
-        self.out = Path(out)
+        from ...runs.outdir import prepare_out_dir
+
+        self.out = prepare_out_dir(out, "out")
         self.out.mkdir(parents=True, exist_ok=True)
         self._sent: dict[int, tuple[Params, Params]] = {}  # round -> the (parameters, buffers) it sent
         self._config: dict[tuple[int, str], dict] = {}
