@@ -24,7 +24,7 @@ LR = 0.05
 
 
 def federation(tmp_path, *, clients=2, rounds=2, samples=4, epochs=2, batch=2, malicious=False, inspect=False,
-               client_app=None, strategy_cls=None, share=False, blocking=True, **audit_options):
+               client_app=None, strategy_cls=None, share=False, blocking=True, holder=None, **audit_options):
     """Run a federation of LeNet clients on digits; returns (audit, data parts, initial model)."""
     from flwr.serverapp.strategy import FedAvg
 
@@ -37,7 +37,7 @@ def federation(tmp_path, *, clients=2, rounds=2, samples=4, epochs=2, batch=2, m
         return LeakageAudit(strategy, model, tmp_path, spec=spec, blocking=blocking,
                             protocol=Protocol("fedavg", lr=LR, reshuffle=False), **audit_options)
 
-    holder = {}
+    holder = {} if holder is None else holder
     config = {"lr": LR, "local-epochs": epochs, "batch-size": batch}
     run_inline(make_server_app(model, audit_fn, rounds, config, holder), app, clients)
     return holder, parts, model, spec
@@ -116,12 +116,15 @@ def test_bad_replies_are_recorded_as_rejected_and_never_crash_the_federation(tmp
             raise RuntimeError("client crashed")
         return honest(msg, context)
 
-    holder, *_ = federation(tmp_path, clients=3, rounds=1, client_app=app, attack=None)
+    from flwr.serverapp.exception import InconsistentMessageReplies
+
+    holder = {}
+    with pytest.raises(InconsistentMessageReplies):  # every reply passed on unchanged: FedAvg itself refuses
+        federation(tmp_path, clients=3, rounds=1, client_app=app, attack=None, holder=holder)  # as without us
     records = {r["client"]: r for r in holder["audit"].records}
     assert records[1]["status"] == "recorded"
     assert records[2]["status"] == "rejected" and "arrays the client returned" in records[2]["reason"]
     assert records[3]["status"] == "error" and "client crashed" in records[3]["reason"]
-    assert holder["result"].arrays is not None  # FedAvg aggregated the good reply
 
 
 def test_wrapping_anything_but_a_message_api_strategy_fails_at_construction(tmp_path):

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 from .config.cli_args import (_SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, _device, _dtype, _int_type, _nonempty,
                        _options, _Parser, _positive_float, _set_threads, _show_progress)
 from .errors import FedleakError
-from .runs.outdir import prepare_out_dir
+from .runs.outdir import contain_caches, prepare_out_dir
 
 # -- commands ------------------------------------------------------------------------------------
 
@@ -53,8 +53,15 @@ def cmd_simulate(args) -> int:
     model = models.build(args.model, spec, seed=args.model_seed).to(_device(args.device))
     protocol = Protocol(args.algorithm, args.epochs, args.batch_size, args.lr, not args.static_batches)
     client = client.to(_device(args.device))
-    update = client_update(model, client, protocol, seed=args.seed, defense=Defense.parse(args.defense),
-                           metadata={"model": {"name": args.model, "seed": args.model_seed}, "spec": spec.to_json()})
+    try:
+        update = client_update(model, client, protocol, seed=args.seed, defense=Defense.parse(args.defense),
+                               metadata={"model": {"name": args.model, "seed": args.model_seed},
+                                         "spec": spec.to_json()})
+    except FedleakError as exc:
+        if "non-finite" not in str(exc):
+            raise
+        raise FedleakError(f"the update overflowed to NaN/Inf with --lr {args.lr:g}, --epochs {args.epochs}, "
+                           f"--defense {args.defense}: lower --lr") from None
     update.metadata.update(threat_metadata(args.share_labels, client, protocol, args.seed, spec.num_classes))
     out = update.save(args.out)
     if not args.no_truth:
@@ -72,11 +79,21 @@ def _load_truth(directory: Path):
 
     from .types import ClientData
 
+    from safetensors import SafetensorError
+
+    from .runs.storage import check_labels
+
     path = directory / "truth.safetensors"
     if not path.exists():
         return None
-    tensors = load_file(str(path))
-    return ClientData(tensors["inputs"], tensors["labels"])
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise FedleakError(f"corrupt safetensors file {path}: {exc}") from None
+    if set(tensors) != {"inputs", "labels"} or not tensors["inputs"].is_floating_point():
+        raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
+                           f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
+    return ClientData(tensors["inputs"], check_labels(tensors["labels"], str(path), len(tensors["inputs"])))
 
 
 def cmd_attack(args) -> int:
@@ -346,9 +363,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     threads_before = torch.get_num_threads()
     previous_sigterm = _install_sigterm()
+    cache_variables: dict = {}
     try:
         if getattr(args, "out", None) is not None:
             prepare_out_dir(args.out)
+            cache_variables = contain_caches(args.out)  # matplotlib's font cache, torch's compile cache: in --out
         _set_threads(args)
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows up here, inside the handlers below
@@ -383,6 +402,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
         torch.set_num_threads(threads_before)
+        for variable in cache_variables:  # main() called in-process (tests, notebooks): leave the env as found
+            os.environ.pop(variable, None)
 
 
 if __name__ == "__main__":

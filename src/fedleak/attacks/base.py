@@ -112,10 +112,26 @@ def make_options(options_cls: type, given: dict, kind: str):
     for key, value in given.items():
         default = getattr(options_cls, key, None) if not isinstance(names[key].default, dataclasses._MISSING_TYPE) else None
         coerced[key] = _coerce(key, value, default)
+        _check_finite(kind, key, coerced[key])
     try:
         return options_cls(**coerced)
     except TypeError as exc:
         raise FedleakError(f"invalid options for attack {kind!r}: {exc}") from None
+
+
+#: the largest magnitude of a numeric attack option (beyond it later arithmetic overflows)
+MAX_OPTION_FLOAT, MAX_OPTION_INT = 1e12, 2 ** 53
+
+
+def _check_finite(kind: str, key: str, value: Any) -> None:
+    """Every numeric option (also inside a list) is finite and bounded: NaN, ±Inf, 1e308, 10**30 refused."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, float) and (not math.isfinite(item) or abs(item) > MAX_OPTION_FLOAT) or \
+                isinstance(item, int) and abs(item) > MAX_OPTION_INT:
+            raise FedleakError(f"option {key!r} of attack {kind!r} must be a finite number of magnitude at most "
+                               f"{MAX_OPTION_FLOAT:g} (integers {MAX_OPTION_INT}), got {item!r}")
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

@@ -62,4 +62,15 @@ def config_from_args(args) -> AuditConfig:
         given["attacks"] = tuple(a.strip() for a in args.attacks.split(",") if a.strip())
     if args.no_malicious:
         given["malicious"] = False
+    from ..config.boundary import settings_model, validate
+    from ..errors import FedleakError
+    from .config import Sweep, parse_defenses
+
+    validate(settings_model(AuditConfig), given, style="flag")  # errors name the flag (--batch-size)
+    for flag, key, check in (("--defense", "defense", parse_defenses), ("--sweep", "sweep", Sweep.parse)):
+        if key in given:
+            try:
+                check(given[key])
+            except FedleakError as exc:
+                raise FedleakError(f"{flag}: {exc}") from None
     return base.merged(given)

@@ -14,11 +14,10 @@ federation's accounting parameters, also top-level keys) and ``secagg:K``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
+from ..config.boundary import finite_float, settings_model, validate
 from ..errors import FedleakError, check_options, unknown_choice
 from ..fl.accounting import check_privacy
 from ..fl.defenses import Defense
@@ -34,6 +33,9 @@ KNOBS = {
     "defense": (float, "strength of the defense: DP-SGD σ, Gaussian σ, Laplacian b, pruning p (0 = off)"),
     "secagg": (int, "clients K summed by secure aggregation (1 = off)"),
 }
+#: the largest value of each sweep knob (beyond it later arithmetic overflows or memory runs out)
+SWEEP_MAX = {"epochs": 10_000, "batch_size": 1_000_000, "lr": 1e6, "samples": 1_000_000, "defense": 1e6,
+             "secagg": 100_000}
 SHORT_LABELS = {"epochs": "local epochs E", "batch_size": "local batch size m", "lr": "client learning rate η",
                 "samples": "samples per client N", "secagg": "clients per secure aggregate K"}
 DEFENSE_LABELS = {"dp-sgd": "DP-SGD noise multiplier σ", "gaussian": "Gaussian noise σ", "laplacian": "Laplacian noise b",
@@ -69,14 +71,11 @@ class Sweep:
         items = [v for v in items if v != ""]
         if not items:
             raise FedleakError(f"--sweep {knob}= has an empty value list; give e.g. {knob}=1,2,4")
+        if len(items) > 1000:
+            raise FedleakError(f"--sweep {knob}= has {len(items)} values; at most 1000")
         values = []
         for item in items:
-            try:
-                number = float(item)
-            except (TypeError, ValueError):
-                raise FedleakError(f"sweep value {item!r} for {knob} is not a number") from None
-            if not math.isfinite(number) or number < 0:
-                raise FedleakError(f"sweep value {item!r} for {knob} must be a finite number >= 0")
+            number = finite_float(item, f"sweep value for {knob}", low=0.0, high=SWEEP_MAX[knob])
             if cast is int:
                 if not number.is_integer() or number < 1:
                     raise FedleakError(f"sweep values for {knob} must be positive integers, got {item!r}")
@@ -154,6 +153,28 @@ class AuditConfig:
     device: str = "cpu"
     extra: dict = field(default_factory=dict, repr=False)
 
+    #: bounds of numeric keys (``fedleak.config.boundary``); a new key needs only its field above
+    #: (typed: ``Optional[int]``, ``bool``, ``str``, ...) and, for a number, its bounds here
+    BOUNDS: ClassVar[dict] = {
+        "model_seed": {"le": 2 ** 32 - 1}, "seed": {"le": 2 ** 32 - 1},
+        "samples": {"ge": 1, "le": 1_000_000}, "clients": {"ge": 1, "le": 100_000},
+        "epochs": {"ge": 1, "le": 10_000}, "batch_size": {"ge": 1, "le": 1_000_000},
+        "lr": {"gt": 0, "le": 1e6}, "rounds": {"ge": 1, "le": 10_000_000},
+        "sample_rate": {"gt": 0, "le": 1}, "delta": {"gt": 0, "lt": 1},
+        "bins": {"ge": 1, "le": 100_000}, "iterations": {"ge": 1, "le": 10_000_000},
+    }
+
+    def __post_init__(self) -> None:
+        """Every key checked by the strict model of :mod:`fedleak.config.boundary` (one line naming it)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        checked = validate(settings_model(type(self)), values)
+        for name in values:
+            object.__setattr__(self, name, getattr(checked, name))
+        if not isinstance(self.extra, dict):
+            raise FedleakError(f"extra must be a mapping, got {type(self.extra).__name__}")
+        Sweep.parse(self.sweep)  # specs are checked when the config is made, not when the run reaches them
+        parse_defenses(self.defense)
+
     # -- sources ----------------------------------------------------------------------------
     @classmethod
     def keys(cls) -> list[str]:
@@ -166,6 +187,8 @@ class AuditConfig:
             raise FedleakError(f"{where} must be a mapping of keys to values, got {type(values).__name__}")
         clean = {str(k).replace("-", "_"): v for k, v in values.items()}
         if "no_malicious" in clean:
+            if not isinstance(clean["no_malicious"], bool):
+                raise FedleakError(f"{where}: no_malicious must be true or false, got {clean['no_malicious']!r}")
             clean["malicious"] = not clean.pop("no_malicious")
         check_options(where, clean, cls.keys())
         for key in ("defense", "attacks"):
@@ -174,20 +197,17 @@ class AuditConfig:
                                    if s)
             elif isinstance(clean.get(key), list):
                 clean[key] = tuple(clean[key])
-        return cls(**clean)
+        try:
+            return cls(**clean)
+        except FedleakError as exc:
+            raise FedleakError(f"{where}: {exc}") from None
 
     @classmethod
     def from_yaml(cls, path) -> "AuditConfig":
-        import yaml
+        from ..config.yaml_safe import read_yaml_file
 
-        path = Path(path)
-        if not path.is_file():
-            raise FedleakError(f"audit config {path} does not exist")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise FedleakError(f"audit config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-        return cls.from_mapping(values, f"audit config {path}")
+        values = read_yaml_file(path, "audit config")
+        return cls.from_mapping({} if values is None else values, f"audit config {path}")
 
     def merged(self, overrides: dict) -> "AuditConfig":
         """This config with ``overrides`` (keys explicitly given on the command line) replacing its values."""
@@ -238,11 +258,11 @@ class AuditConfig:
                 raise FedleakError(f"lr must be a number, got {lr!r}")
             protocol = Protocol(algorithm, _integer("epochs", epochs, 1), batch, float(lr), not self.static_batches)
             scenarios.append(Scenario(algorithm, protocol, samples))
-        if defense.kind == "dp-sgd":
+        if defense.kind == "dp-sgd":  # σ = 0 is clipping only: no guarantee to account (ε = ∞)
             if sample_rate is not None:
-                check_privacy(defense.scale, _number("sample_rate", sample_rate), _number("delta", delta))
+                check_privacy(defense.scale or 1.0, _number("sample_rate", sample_rate), _number("delta", delta))
             else:
-                check_privacy(defense.scale, 1.0, _number("delta", delta))
+                check_privacy(defense.scale or 1.0, 1.0, _number("delta", delta))
         return Plan(tuple(scenarios), defense, secagg, rounds, sample_rate, float(delta))
 
 
@@ -253,10 +273,7 @@ def _integer(name: str, value, minimum: int) -> int:
 
 
 def _number(name: str, value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise FedleakError(f"{name} must be a number, got {value!r}") from None
+    return finite_float(value, name)
 
 
 def _at_strength(defense: Defense, strength: float) -> Defense:
@@ -280,7 +297,8 @@ def parse_defenses(specs) -> tuple[Defense, int, dict]:
         kind, _, rest = text.partition(":")
         kind = kind.strip().lower()
         if kind == "secagg":
-            secagg = _integer("secagg K (clients per aggregate)", _number("secagg K", rest or "x"), 1)
+            secagg = _integer("secagg K (clients per aggregate)",
+                              finite_float(rest or "x", f"defense {text!r}: secagg K", low=1, high=100_000), 1)
             continue
         if kind == "dp-sgd":
             keep = []
@@ -288,7 +306,7 @@ def parse_defenses(specs) -> tuple[Defense, int, dict]:
                 key, eq, value = part.partition("=")
                 key = key.strip().replace("-", "_")
                 if eq and key in ("rounds", "sample_rate", "delta"):
-                    privacy[key] = _number(f"dp-sgd {key}", value)
+                    privacy[key] = finite_float(value, f"defense {text!r}: {key}", low=0, high=1e7)
                 else:
                     keep.append(part)
             text = "dp-sgd:" + ",".join(keep)

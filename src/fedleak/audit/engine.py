@@ -20,6 +20,7 @@ import torch
 from .. import metrics
 from ..attacks.imprint import expected_recovered
 from ..attacks.optimize import progress_reporter
+from ..errors import FedleakError
 from ..fl import client_update
 from ..fl.accounting import PrivacyParameters, federation_epsilon
 from ..fl.secagg import concatenate, secure_aggregate
@@ -101,10 +102,21 @@ class Auditor:
         return [[c.subset(samples).to(self.device) for c in pool[t * k:(t + 1) * k]] for t in range(self.config.clients)]
 
     def observe(self, model, group: list[ClientData], scenario: Scenario, plan: Plan, seed: int):
-        """What the server receives from the group: one client's update or the secure aggregate."""
-        if plan.secagg == 1:
-            return client_update(model, group[0], scenario.protocol, seed=seed, defense=plan.defense)
-        return secure_aggregate(model, group, scenario.protocol, seed=seed, defense=plan.defense)
+        """What the server receives from the group: one client's update or the secure aggregate.
+
+        An update that overflows (NaN/Inf, e.g. a huge learning rate) is reported naming the settings
+        that produced it, not a tensor."""
+        try:
+            if plan.secagg == 1:
+                return client_update(model, group[0], scenario.protocol, seed=seed, defense=plan.defense)
+            return secure_aggregate(model, group, scenario.protocol, seed=seed, defense=plan.defense)
+        except FedleakError as exc:
+            if "non-finite" not in str(exc) and "NaN" not in str(exc):
+                raise
+            p = scenario.protocol
+            raise FedleakError(f"the {p.algorithm} client's update overflowed to NaN/Inf with lr={p.lr:g}, "
+                               f"epochs={p.epochs}, defense {plan.defense.to_text()}: lower --lr (or the defense's "
+                               "strength)") from None
 
     # -- one setting ---------------------------------------------------------------------------
     def point(self, plan: Plan, label: str = "") -> PointResult:
@@ -162,7 +174,11 @@ class Auditor:
         protocol, n = scenario.protocol, scenario.samples
         q = plan.sample_rate if plan.sample_rate is not None else protocol.batch_size_for(n) / n
         steps = plan.rounds * protocol.num_steps(n)
-        out = federation_epsilon(PrivacyParameters(plan.defense.scale, q, steps, plan.delta))
+        if plan.defense.scale == 0:  # clipping only (dp-sgd:clip=C,noise=0): no DP guarantee to account
+            out = {"delta": plan.delta, "noise_multiplier": 0.0, "sample_rate": q, "steps": steps,
+                   "epsilon_rdp": None, "epsilon_prv": None, "note": "noise 0: clipping only, no DP guarantee (ε = ∞)"}
+        else:
+            out = federation_epsilon(PrivacyParameters(plan.defense.scale, q, steps, plan.delta))
         out.update({"rounds": plan.rounds, "clip": plan.defense.clip,
                     "sample_rate_source": "given" if plan.sample_rate is not None else "batch size / samples"})
         return out

@@ -141,6 +141,11 @@ def load_weights(model: nn.Module, path) -> nn.Module:
             problems.append(f"{label}: {shown}")
     if problems:
         raise FedleakError(f"weights {path} do not fit the model: " + "; ".join(problems))
+    cast = [f"{k} ({str(state[k].dtype).replace('torch.', '')})" for k, v in expected.items()
+            if v.is_floating_point() and not state[k].is_floating_point()]
+    if cast:
+        raise FedleakError(f"weights {path}: floating-point parameters stored with a non-floating dtype: "
+                           f"{', '.join(cast[:5])}")
     bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise FedleakError(f"weights {path} hold NaN or inf in {', '.join(bad[:5])}")
@@ -148,8 +153,23 @@ def load_weights(model: nn.Module, path) -> nn.Module:
     return model
 
 
+def check_usable(model: nn.Module, model_name: str) -> None:
+    """A model with trainable parameters, all real numbers in memory (not on the meta device)."""
+    params = list(model.parameters())
+    if not params:
+        raise FedleakError(f"model {model_name!r} has no parameters: there is no update to attack")
+    meta = [n for n, p in model.named_parameters() if p.is_meta]
+    if meta:
+        raise FedleakError(f"model {model_name!r} has parameters on the meta device (no values), e.g. {meta[0]!r}; "
+                           "build it with real tensors")
+    odd = [n for n, p in model.named_parameters() if not p.is_floating_point()]
+    if odd:
+        raise FedleakError(f"model {model_name!r} has non-floating-point parameters, e.g. {odd[0]!r}")
+
+
 def check_fits(model: nn.Module, inputs: torch.Tensor, spec: DataSpec, model_name: str) -> None:
     """One forward pass on one input: the output must be (1, number of classes)."""
+    check_usable(model, model_name)
     try:
         with torch.no_grad():
             was = model.training
@@ -159,6 +179,21 @@ def check_fits(model: nn.Module, inputs: torch.Tensor, spec: DataSpec, model_nam
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FedleakError(f"data of shape {tuple(inputs.shape[1:])} does not fit model {model_name!r}: {first}") from None
+    try:  # a forward that works on one input but breaks on a batch fails here, not inside an attack
+        with torch.no_grad():
+            was = model.training
+            model.eval()
+            batch_out = model(inputs[:2])
+            model.train(was)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FedleakError(f"model {model_name!r} fails on a batch of {min(2, len(inputs))} inputs: "
+                           f"{type(exc).__name__}: {first}") from None
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        raise FedleakError(f"model {model_name!r} outputs NaN or inf on a client input")
+    if not isinstance(batch_out, torch.Tensor) or batch_out.shape[:1] != inputs[:2].shape[:1]:
+        raise FedleakError(f"model {model_name!r} maps a batch of {min(2, len(inputs))} inputs to "
+                           f"{tuple(batch_out.shape) if isinstance(batch_out, torch.Tensor) else type(batch_out).__name__}")
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, spec.num_classes):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise FedleakError(f"model {model_name!r} maps one input of shape {tuple(inputs.shape[1:])} to {shape}, "

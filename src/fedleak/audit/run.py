@@ -3,14 +3,19 @@
 Order matters for "nothing written half": the configuration of every sweep value, the device, the
 data, the model, its weights and the fit of data to model are all checked before any attack runs,
 and the output folder is written only once every measurement is done (files are staged in a
-temporary folder inside ``out``'s parent and moved in at the end).
+folder inside ``out`` itself, so the final moves are renames on one file system even when ``out``
+is a link to another, then moved in). ``out`` is locked for the run (:mod:`fedleak.runs.lock`: a
+second audit on it refuses naming this one's PID); a run that fails before writing leaves no
+folder; a rerun removes the plots of the previous audit that it no longer makes; ``metrics.json``
+carries the configuration's hash, and a rerun with another configuration says what it replaces.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
-import tempfile
+from pathlib import Path
 from pathlib import Path
 
 from .. import data
@@ -53,12 +58,31 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     """
     from ..config.cli_args import _device  # the one device check (names, availability); lazy: cli imports the package
 
+    from ..runs.outdir import prepare_out_dir
+
     cfg = _config(config, settings)
+    if log is not None and not callable(log):
+        raise FedleakError(f"fedleak.audit(): log must be a callable (e.g. print) or None, got {type(log).__name__}")
+    out = prepare_out_dir(out, "fedleak.audit(): out")
+    if not callable(progress) and progress not in (None, False, "quiet", "none", "auto", "bar", "log"):
+        reporter(progress)  # an unknown progress mode fails here (one line listing the modes), before any work
     log = log or (lambda *_: None)
     sweep = cfg.sweep_plan()
     values = list(sweep.values) if sweep else [None]
     plans = [cfg.resolve(**({sweep.knob: v} if sweep else {})) for v in values]
     device = _device(cfg.device)
+
+    from ..runs.lock import OutLock
+
+    lock = OutLock(out, "fedleak audit").acquire()  # a second audit on this --out refuses before any work
+    try:
+        return _locked(cfg, out, log, progress, sweep, values, plans, device)
+    finally:
+        lock.release()
+
+
+def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict:
+    """The audit once its configuration is valid and ``out`` is locked: data, model, attacks, outputs."""
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
     spec, pool = data.load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=max_samples,
@@ -72,7 +96,6 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
     check_fits(model, pool[0].inputs, spec, cfg.model)
     model = model.to(device)
-    out = Path(out)
 
     show = reporter(progress)
     try:
@@ -101,7 +124,8 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
                   "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
                   "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"]}
         result["what_to_change"] = report.what_to_change(result)
-        _write(out, result, examples)
+        result["config_hash"] = config_hash(result["config"])
+        _write(out, result, examples, log)
     finally:
         if show is not None and hasattr(show, "close"):
             show.close()
@@ -109,20 +133,44 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     return result
 
 
-def _write(out: Path, result: dict, examples: list) -> None:
-    """Stage every file, then move them into ``out`` (nothing half-written if anything fails)."""
+def config_hash(config: dict) -> str:
+    """A short hash of an audit's configuration (canonical JSON), stamped on ``metrics.json``."""
+    text = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _previous(out: Path) -> dict:
+    from ..config.json_safe import read_json_file
+
+    try:
+        return read_json_file(out / "metrics.json") if (out / "metrics.json").is_file() else {}
+    except FedleakError:
+        return {}
+
+
+def _write(out: Path, result: dict, examples: list, log=None) -> None:
+    """Stage every file inside ``out``, then move them in (nothing half-written if anything fails)."""
+    from ..runs.lock import staging_dir
+
     plots = report.make_plots(result, examples)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    previous = _previous(out)
+    staging = staging_dir(out)
     try:
         result["plots"] = report.save_plots(staging, plots)
         (staging / "metrics.json").write_text(json.dumps(result, indent=1, allow_nan=False))
         report.write_report(staging, result, examples, plots)
-        out.mkdir(parents=True, exist_ok=True)
-        for item in staging.iterdir():
+        for item in sorted(staging.iterdir(), key=lambda p: p.name == "metrics.json"):  # metrics.json last
             item.replace(out / item.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    old_plots = previous.get("plots") if isinstance(previous.get("plots"), list) else []
+    for name in set(map(str, old_plots)) - set(result["plots"]):  # a rerun keeps no stale plot beside the report
+        if Path(name).name == name and name.endswith(".png"):
+            (out / name).unlink(missing_ok=True)
+    old_hash = previous.get("config_hash")
+    if log is not None and previous and old_hash != result["config_hash"]:
+        log(f"note: {out} held an audit of another configuration ({old_hash or 'unstamped'}); it is replaced by "
+            f"this one ({result['config_hash']})")
 
 
 def _log_summary(log, result: dict, out: Path) -> None:

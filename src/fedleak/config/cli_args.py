@@ -74,6 +74,8 @@ def _dtype(name: str):
 MAX_CLIENTS = 100_000
 MAX_SAMPLES = 1_000_000
 MAX_SEED = 2 ** 32 - 1
+#: the largest value of a positive float flag (--lr 1e308 would overflow the update, not name the flag)
+MAX_FLOAT = 1e6
 
 
 def _int_type(minimum: int, maximum: int):
@@ -96,8 +98,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    if not (math.isfinite(value) and 0 < value <= MAX_FLOAT):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number up to {MAX_FLOAT:g}, got {text!r}")
     return value
 
 

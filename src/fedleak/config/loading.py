@@ -12,6 +12,10 @@ from .parsing import parse_config
 from .schema import MAX_CONFIG_BYTES, ExperimentConfig
 
 
+#: the deepest flow nesting ([ ] / { }) read from YAML (PyYAML recurses per level)
+MAX_YAML_DEPTH = 100
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
 
@@ -38,6 +42,10 @@ def parse_yaml(text: bytes, source: str):
     except UnicodeDecodeError as exc:
         line = text[:exc.start].count(b"\n") + 1
         raise FedleakError(f"{source} is not UTF-8 text (line {line}, byte {exc.start}); is it a YAML file?") from None
+    from .json_safe import json_depth
+
+    if json_depth(text) > MAX_YAML_DEPTH:  # flow collections nested this deep only come from a hostile file
+        raise FedleakError(f"{source} nests more than {MAX_YAML_DEPTH} levels of [ ] or {{ }}")
     try:
         return yaml.load(decoded, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
     except yaml.YAMLError as exc:
@@ -53,6 +61,8 @@ def parse_yaml(text: bytes, source: str):
             where = f" ({' '.join(str(context).split())} started on line {context_mark.line + 1})"
         problem = " ".join(str(problem).split())
         raise FedleakError(f"{source} is not valid YAML: line {line}: {problem}{where}") from None
+    except RecursionError:
+        raise FedleakError(f"{source} is nested too deeply") from None
 
 
 def load_config(path) -> ExperimentConfig:

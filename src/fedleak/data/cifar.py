@@ -139,6 +139,9 @@ def read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(data, np.ndarray) or labels is None:
         raise FedleakError(f"{path} is not a CIFAR batch: it needs keys b'data' (array) and b'{label_key}'")
     pixels = _rows_to_nchw(data, str(path))
+    raw = np.asarray(labels) if not isinstance(labels, np.ndarray) else labels
+    if raw.dtype.kind not in "iu" or raw.dtype == np.bool_:  # strings, fractions: no silent cast
+        raise FedleakError(f"{path}: labels must be integers, got {raw.dtype} values")
     try:
         labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -161,7 +164,10 @@ def read_npz(path: Path, name: str, split: str) -> tuple[np.ndarray, np.ndarray]
             if y_key is None:
                 raise FedleakError(f"{path} holds no {split} labels (none of {label_keys}; keys: {sorted(keys)})")
             pixels = _rows_to_nchw(archive[x_key], f"{path}[{x_key}]")
-            labels = archive[y_key].astype(np.int64).reshape(-1)
+            labels = archive[y_key]
+            if labels.dtype.kind not in "iu":  # strings, fractions: no silent cast
+                raise FedleakError(f"{path}: labels {y_key!r} must be integers, got {labels.dtype}")
+            labels = labels.astype(np.int64).reshape(-1)
             idx_key = f"{split}_idx"
             if idx_key in keys:
                 index = archive[idx_key].astype(np.int64).reshape(-1)

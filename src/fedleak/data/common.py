@@ -9,6 +9,7 @@ every client's inputs with the dataset's :class:`DataSpec` (``x = (u - mean) / s
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from pathlib import Path
 from typing import Optional, Sequence
@@ -48,13 +49,24 @@ def read_bytes(path: Path) -> bytes:
         raise FedleakError(f"cannot read {path}: {exc}") from None
 
 
+#: archive formats a data root may not be (they are unpacked first); .gz alone is a gzipped data file
+ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".7z", ".rar", ".bz2",
+            ".xz", ".zst")
+
+
 def require_root(root, name: str, expected: str) -> Path:
     """``root`` as an existing :class:`Path`, or an error describing the expected layout."""
     if root is None:
         raise FedleakError(f"dataset {name!r} needs root=<path>; expected {expected}")
+    if isinstance(root, bool) or not isinstance(root, (str, os.PathLike)) or "\x00" in str(root):
+        raise FedleakError(f"dataset {name!r}: root must be a path, got {root!r}")
     path = Path(root).expanduser()
     if not path.exists():
         raise FedleakError(f"dataset {name!r}: root {path} does not exist; expected {expected}")
+    archive = next((a for a in ARCHIVES if path.name.lower().endswith(a)), None)
+    if path.is_file() and archive:
+        raise FedleakError(f"dataset {name!r}: root {path} is a {archive} archive, which fedleak does not open; "
+                           f"unpack it and pass the folder. Accepted: {expected}")
     return path
 
 

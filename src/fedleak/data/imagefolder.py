@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from ..errors import FedleakError, check_options
 from ..types import ClientData, DataSpec
@@ -68,20 +68,44 @@ def scan(root, split: str = "train") -> tuple[tuple[str, ...], list[Path], np.nd
     return tuple(classes), paths, np.asarray(labels, dtype=np.int64)
 
 
+#: PIL modes of high-bit-depth single-channel images, and their full scale (read as float, never clipped to 8 bits)
+_DEEP_MODES = {"I;16": 65535.0, "I;16B": 65535.0, "I;16L": 65535.0, "I;16N": 65535.0, "I": 65535.0}
+
+
+def _fit(image, size: int):
+    """Shorter side resized to ``size``, then centre-cropped to ``size`` × ``size``."""
+    w, h = image.size
+    scale = size / min(w, h)
+    new_w, new_h = max(size, round(w * scale)), max(size, round(h * scale))
+    image = image.resize((new_w, new_h), Image.BILINEAR)
+    left, top = (new_w - size) // 2, (new_h - size) // 2
+    return image.crop((left, top, left + size, top + size))
+
+
 def read_image(path: Path, size: int, channels: int) -> np.ndarray:
-    """One image as uint8 (C, size, size): shorter side resized to ``size``, centre-cropped."""
+    """One image as uint8 (C, size, size), or float32 in [0, 1] for a 16-bit image (its depth is kept:
+    converting it to 8-bit grey would clip every value above 255); shorter side resized to ``size``,
+    centre-cropped."""
     try:
         with Image.open(path) as image:
+            if image.mode in _DEEP_MODES:
+                values = np.asarray(image, dtype=np.float64)
+                if values.size and (values.min() < 0 or values.max() > _DEEP_MODES[image.mode]):
+                    raise FedleakError(f"image {path}: {image.mode} pixel values outside 0..65535 "
+                                       "(only 8- and 16-bit images are read)")
+                deep = Image.fromarray((values / _DEEP_MODES[image.mode]).astype(np.float32), mode="F")
+                array = np.clip(np.asarray(_fit(deep, size), dtype=np.float32), 0.0, 1.0)
+                array = array[None]
+                return array if channels == 1 else np.repeat(array, 3, axis=0)
+            if image.mode == "F":
+                raise FedleakError(f"image {path}: floating-point pixels (mode F) are not read; use 8- or 16-bit")
             image = image.convert("RGB" if channels == 3 else "L")
-            w, h = image.size
-            scale = size / min(w, h)
-            new_w, new_h = max(size, round(w * scale)), max(size, round(h * scale))
-            image = image.resize((new_w, new_h), Image.BILINEAR)
-            left, top = (new_w - size) // 2, (new_h - size) // 2
-            image = image.crop((left, top, left + size, top + size))
-            array = np.asarray(image, dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise FedleakError(f"cannot read image {path}: {exc}") from None
+            array = np.asarray(_fit(image, size), dtype=np.uint8)
+    except FedleakError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - PIL's decoders raise SyntaxError, struct.error, ... on broken files
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise FedleakError(f"cannot read image {path}: {detail}") from None
     return array[None] if channels == 1 else array.transpose(2, 0, 1)
 
 
@@ -99,7 +123,7 @@ def _options(options: dict) -> tuple[int, int, Optional[tuple], Optional[tuple]]
 
 
 def _pixel_stats(pixels: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    values = pixels.astype(np.float64) / 255.0
+    values = pixels.astype(np.float64) / (255.0 if pixels.dtype == np.uint8 else 1.0)
     mean = values.mean(axis=(0, 2, 3))
     std = values.std(axis=(0, 2, 3))
     std = np.where(std > 1e-6, std, 1.0)  # a constant channel: keep the scale
@@ -108,7 +132,10 @@ def _pixel_stats(pixels: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ..
 
 def read_pool(root, split: str, size: int, channels: int):
     classes, paths, labels = scan(root, split)
-    pixels = np.stack([read_image(p, size, channels) for p in paths])
+    images = [read_image(p, size, channels) for p in paths]
+    if any(image.dtype != np.uint8 for image in images):  # 16-bit images among them: all as float in [0, 1]
+        images = [image.astype(np.float32) / 255.0 if image.dtype == np.uint8 else image for image in images]
+    pixels = np.stack(images)
     return classes, pixels, labels
 
 

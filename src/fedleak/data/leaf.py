@@ -14,7 +14,6 @@ inputs are normalized with the FEMNIST mean/std used there.
 
 from __future__ import annotations
 
-import json
 import string
 from pathlib import Path
 from typing import Optional
@@ -59,11 +58,11 @@ def find_files(root, split: str) -> list[Path]:
 
 def read_file(path: Path) -> dict:
     """Parse and check one LEAF JSON file; returns ``{user: (x list, y list)}`` in file order."""
+    from ..config.json_safe import loads_bounded
+
     raw = read_bytes(path)
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FedleakError(f"corrupt JSON file {path}: {exc}") from None
+    data = loads_bounded(raw if isinstance(raw, bytes) else bytes(raw), str(path), max_bytes=4_000_000_000,
+                         max_depth=8)
     if not isinstance(data, dict) or not isinstance(data.get("user_data"), dict):
         raise FedleakError(f"{path} is not a LEAF file: it has no 'user_data' mapping")
     users = data.get("users", list(data["user_data"]))
@@ -84,6 +83,9 @@ def _to_arrays(x: list, y: list, path: Path, user: str) -> tuple[np.ndarray, np.
         if not isinstance(row, list) or len(row) != 28 * 28:
             size = len(row) if isinstance(row, list) else type(row).__name__
             raise FedleakError(f"{path}: user {user!r} sample {i} must be a row of 784 values, got {size}")
+    bad = next((v for v in y if isinstance(v, bool) or not isinstance(v, int)), None)
+    if bad is not None:  # a string or a fraction is not a class index (no silent cast)
+        raise FedleakError(f"{path}: user {user!r} has a label {bad!r}; labels must be integers")
     try:
         images = np.asarray(x, dtype=np.float32)
         labels = np.asarray(y, dtype=np.int64)

@@ -12,6 +12,7 @@ row-major. Images are ``idx3`` (N, 28, 28) uint8 with 0 = black background; labe
 
 from __future__ import annotations
 
+import math
 import struct
 from pathlib import Path
 from typing import Optional
@@ -57,7 +58,7 @@ def parse_idx(raw: bytes, source: str = "<idx>") -> np.ndarray:
         raise FedleakError(f"{source}: IDX header truncated")
     dims = struct.unpack(f">{ndim}I", raw[4:header])
     dtype = np.dtype(_IDX_TYPES[type_code])
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize  # Python ints: a header whose size wraps int64 is caught
     if len(raw) - header != expected:
         raise FedleakError(
             f"{source}: IDX header says {'×'.join(map(str, dims))} values ({expected} bytes) "
@@ -107,8 +108,8 @@ def read_pool(name: str, root, split: str) -> tuple[np.ndarray, np.ndarray]:
         raise FedleakError(f"{images_path}: expected uint8 images (N, H, W), got {images.dtype} {images.shape}")
     if images.shape[1:] != (28, 28):
         raise FedleakError(f"{images_path}: expected 28×28 images, got {images.shape[1:]}")
-    if labels.ndim != 1:
-        raise FedleakError(f"{labels_path}: expected a 1-D label file, got shape {labels.shape}")
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise FedleakError(f"{labels_path}: expected a 1-D integer label file, got {labels.dtype} {labels.shape}")
     if len(labels) != len(images):
         raise FedleakError(f"{images_path} holds {len(images)} images but {labels_path} {len(labels)} labels")
     return images[:, None], check_labels(labels, 10, str(labels_path))

@@ -21,6 +21,7 @@ update's "defend each example, then average" path (:mod:`fedleak.fl.client`) run
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -32,6 +33,12 @@ from ..types import Params
 
 KINDS = ("none", "gaussian", "laplacian", "pruning", "dp-sgd")
 _PAPER_NAMES = {"dp_gaussian": "gaussian", "dp_laplacian": "laplacian", "random_pruning": "pruning"}
+
+
+#: the largest defense strength or clipping norm (beyond it noise overflows float32)
+MAX_STRENGTH = 1e6
+#: the largest clipping norm (a norm that never binds, e.g. 1e9, is allowed; 1e308 overflows the norms)
+MAX_CLIP = 1e12
 
 
 @dataclass(frozen=True)
@@ -46,19 +53,23 @@ class Defense:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise FedleakError(f"unknown defense {self.kind!r}; allowed: {', '.join(KINDS)}")
-        if self.kind == "dp-sgd" and not self.scale > 0:
-            raise FedleakError(f"dp-sgd noise multiplier σ must be positive, got {self.scale}")
+        for name, value, most in (("strength", self.scale, MAX_STRENGTH), ("clip", self.clip, MAX_CLIP)):
+            if value is None and name == "clip":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or abs(value) > most:
+                raise FedleakError(f"defense {self.kind} {name} must be a finite number up to {most:g}, "
+                                   f"got {value!r}")
         if self.scale < 0:
+            if self.kind == "dp-sgd":
+                raise FedleakError(f"dp-sgd noise multiplier σ must be positive (or 0: clipping only), got {self.scale}")
             raise FedleakError(f"defense scale must be non-negative, got {self.scale}")
         if self.kind == "pruning" and not 0 <= self.scale < 1:
             raise FedleakError(f"pruning probability must be in [0, 1), got {self.scale}")
         if self.clip is not None and self.clip <= 0:
             raise FedleakError(f"clipping norm must be positive, got {self.clip}")
-        if self.kind == "dp-sgd":
-            if self.clip is None:
-                raise FedleakError("dp-sgd needs a clipping norm: use e.g. 'dp-sgd:clip=1,noise=0.5'")
-            if not self.scale > 0:
-                raise FedleakError(f"dp-sgd noise multiplier σ must be positive, got {self.scale}")
+        if self.kind == "dp-sgd" and self.clip is None:  # noise=0 is allowed: clipping only
+            raise FedleakError("dp-sgd needs a clipping norm: use e.g. 'dp-sgd:clip=1,noise=0.5'")
 
     @property
     def active(self) -> bool:
@@ -73,13 +84,30 @@ class Defense:
         if isinstance(text, Defense):
             return text
         if isinstance(text, dict):
+            unknown = sorted(set(map(str, text)) - {"kind", "scale", "clip"})
+            if unknown:
+                raise FedleakError(f"defense {text!r}: unknown key(s) {', '.join(unknown)}; allowed: kind, scale, clip")
             return cls(**text)
-        text = text.strip()
+        if not isinstance(text, str):
+            raise FedleakError(f"a defense is a string like 'gaussian:0.01' or a mapping, got {text!r}")
+        try:
+            return cls._parse_text(text.strip())
+        except FedleakError as exc:
+            message = str(exc)
+            raise FedleakError(message if repr(text.strip()) in message else f"defense {text.strip()!r}: {message}") \
+                from None
+
+    @classmethod
+    def _parse_text(cls, text: str) -> "Defense":
         if text in ("", "none"):
             return cls()
         match = re.fullmatch(r"(dp_gaussian|dp_laplacian|random_pruning)_([0-9.eE+-]+)", text)
         if match:
-            return cls(_PAPER_NAMES[match.group(1)], float(match.group(2)))
+            try:
+                number = float(match.group(2))
+            except ValueError:
+                raise FedleakError(f"cannot parse defense {text!r}: {match.group(2)!r} is not a number") from None
+            return cls(_PAPER_NAMES[match.group(1)], number)
         kind, _, rest = text.partition(":")
         kind = kind.strip().lower()
         if kind not in KINDS:

@@ -180,15 +180,28 @@ class Runner:
     def run(self) -> dict:
         if self.out is None:
             raise FedleakError("Runner.run needs an output folder")
-        self.out.mkdir(parents=True, exist_ok=True)
+        from .lock import OutLock
+
+        with OutLock(self.out, f"fedleak run {self.config.name}"):
+            return self._run_locked()
+
+    def _run_locked(self) -> dict:
         for variant in self.config.variants:  # validate every variant's options before the first job
             attacks.build(variant.attack, **variant.options)
         planned = self.plan()
-        write_json(self.out / "config.json", {**_config_json(self.config), "planned_jobs": len(planned)})
+        stamp = config_hash(self.config)
+        previous = _previous_hash(self.out)
+        if previous and previous != stamp:
+            self.log(f"note: {self.out} holds results of another configuration ({previous}); they are kept apart: "
+                     f"only jobs of this one ({stamp}) enter results.jsonl, summary.json and table.md")
+        write_json(self.out / "config.json", {**_config_json(self.config), "planned_jobs": len(planned),
+                                              "config_hash": stamp})
         pending = []
         for job in planned:
             record, why = reusable(job.path, job.hash)
             if record is not None:
+                if record.get("config_hash") != stamp:  # the same job, claimed by this configuration too
+                    write_json(job.path, {**record, "config_hash": stamp})
                 continue
             if why:
                 kept = keep_aside(job.path)
@@ -204,7 +217,7 @@ class Runner:
                 if result["image"] is not None:
                     job.path.parent.mkdir(parents=True, exist_ok=True)
                     result["image"].save(job.path.with_suffix(".png"))
-                write_json(job.path, result["record"])
+                write_json(job.path, {**result["record"], "config_hash": stamp})
                 progress.finished(job, result["record"])
         except KeyboardInterrupt:
             self.log(f"\ninterrupted after {progress.done} of {len(planned)} jobs; finished jobs are saved in "
@@ -215,7 +228,8 @@ class Runner:
             _RUNNERS.clear()
         if reused:
             self.log(f"resumed: {reused} finished job(s) were reused")
-        return write_outputs(self.out, self.config.name, self.config.description, self.config.paper, len(planned))
+        return write_outputs(self.out, self.config.name, self.config.description, self.config.paper, len(planned),
+                             config_hash=stamp)
 
     def compute(self, job: PlannedJob) -> dict:
         """Run one job: ``{"record": dict, "image": PIL.Image or None}`` (nothing is written here)."""
@@ -350,6 +364,24 @@ def _config_json(config: ExperimentConfig) -> dict:
             "metrics": config.metrics, "attack_seed": config.attack_seed, "paper": config.paper,
             "settings": [{"name": s.name, **s.overrides} for s in config.settings],
             "variants": {v.name: {"attack": v.attack, "options": v.options, **v.overrides} for v in config.variants}}
+
+
+def config_hash(config: ExperimentConfig) -> str:
+    """A short hash of the experiment's configuration, without the client range (``--clients``,
+    ``--first-client``: machines sharing one run folder split the clients of one configuration)."""
+    described = _config_json(config)
+    described["data"] = {k: v for k, v in described["data"].items() if k not in ("num_clients", "first_client")}
+    text = json.dumps(described, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _previous_hash(out: Path):
+    from ..config.json_safe import read_json_file
+
+    try:
+        return read_json_file(out / "config.json").get("config_hash") if (out / "config.json").is_file() else None
+    except FedleakError:
+        return None
 
 
 def run_experiment(config: ExperimentConfig, out, *, executor=None, **kwargs) -> dict:

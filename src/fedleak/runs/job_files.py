@@ -79,10 +79,13 @@ def write_json(path: Path, payload: dict) -> None:
 
 def read_record(path: Path) -> tuple[Optional[dict], str]:
     """``(record, "")`` for a finished, well-formed job file, else ``(None, why)``."""
+    from ..config.json_safe import read_json_file
+    from ..errors import FedleakError
+
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, f"unreadable ({type(exc).__name__}: an interrupted write?)"
+        record = read_json_file(path, obj=False)
+    except FedleakError as exc:
+        return None, f"unreadable ({exc}: an interrupted write?)"
     if not isinstance(record, dict):
         return None, "not a job record"
     missing = [k for k in REQUIRED_FIELDS if k not in record]

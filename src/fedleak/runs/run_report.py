@@ -76,15 +76,24 @@ def comparison_table(name: str, description: str, by_setting: dict, paper: dict)
 
 
 def write_outputs(out, name: str, description: str = "", paper: dict | None = None,
-                  planned: int | None = None) -> dict:
-    """(Re)write ``results.jsonl``, ``summary.json`` and ``table.md`` from the finished job files."""
+                  planned: int | None = None, config_hash: str | None = None) -> dict:
+    """(Re)write ``results.jsonl``, ``summary.json`` and ``table.md`` from the finished job files
+    (with ``config_hash``: only the jobs stamped with it, so two configurations are never mixed)."""
     out = Path(out)
     rows, _, _ = load_results(out)
+    other = 0
+    if config_hash is not None:
+        kept = [row for row in rows if row.get("config_hash") == config_hash]
+        other, rows = len(rows) - len(kept), kept
     with open(out / "results.jsonl", "w") as fh:
         for row in rows:
             fh.write(json.dumps(row, allow_nan=False) + "\n")
     by_setting = summarize(rows)
     summary = {"experiment": name, "jobs": len(rows), "settings": by_setting}
+    if config_hash is not None:
+        summary["config_hash"] = config_hash
+        if other:
+            summary["jobs_of_other_configurations"] = other
     if planned is not None:
         summary["planned_jobs"] = planned
     if len(by_setting) == 1:
@@ -100,9 +109,11 @@ def _run_config(run_dir: Path) -> dict:
     path = run_dir / "config.json"
     if not path.exists():
         return {}
+    from ..config.json_safe import read_json_file
+
     try:
-        config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = read_json_file(path)
+    except FedleakError:
         return {}
     return config if isinstance(config, dict) else {}
 
@@ -123,12 +134,20 @@ def report_run(run_dir, images_per_variant: int = 3) -> Path:
         raise FedleakError(f"{run_dir} is not a `fedleak run` output folder (no jobs/ or config.json)")
     config = _run_config(run_dir)
     rows, located, unreadable = load_results(run_dir)
+    stamp = config.get("config_hash")
+    other = 0
+    if isinstance(stamp, str):  # jobs of an earlier configuration in the same folder are kept apart
+        other = sum(1 for r in rows if r.get("config_hash") != stamp)
+        located = [(p, r) for p, r in located if r.get("config_hash") == stamp]
+        rows = [r for _, r in located]
     by_setting = summarize(rows)
     planned = config.get("planned_jobs")
     status = (f"{len(rows)} of {planned} planned jobs finished." if isinstance(planned, int)
               else f"{len(rows)} finished jobs.")
     if isinstance(planned, int) and len(rows) < planned:
         status += " The run is partial: the numbers below cover the finished jobs only; run the same command again to finish it."
+    if other:
+        status += f" {other} job file(s) of another configuration in this folder are left out."
     if unreadable:
         status += f" {unreadable} job file(s) could not be read and are left out (a resumed run recomputes them)."
     table_rows, columns = comparison_rows(by_setting, config.get("paper") or {})

@@ -41,26 +41,34 @@ def load_tensors(path: Path) -> dict[str, Params]:
         raise FedleakError(f"corrupt safetensors file {path}: {exc}") from None
     groups: dict[str, Params] = {}
     for key, tensor in flat.items():
+        if "/" not in key:
+            raise FedleakError(f"{path}: tensor {key[:80]!r} is not named GROUP/NAME (not a file fedleak wrote)")
         group, _, name = key.partition("/")
         groups.setdefault(group, {})[name] = tensor
     return groups
 
 
 def read_json(path: Path) -> dict:
-    """A JSON object from ``path``; missing, non-UTF-8, malformed or non-object files are errors."""
-    if not path.is_file():
-        raise FedleakError(f"missing file {path}")
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise FedleakError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise FedleakError(f"corrupt JSON file {path}: {exc}") from None
-    except OSError as exc:
-        raise FedleakError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise FedleakError(f"{path} must hold a JSON object, got a JSON {type(data).__name__}")
-    return data
+    """A JSON object from ``path``: missing, non-UTF-8, malformed, non-object, oversized or too deeply
+    nested files are errors naming the file (:mod:`fedleak.config.json_safe`, the one JSON reader)."""
+    from ..config.json_safe import read_json_file
+
+    return read_json_file(path)
+
+
+def check_labels(labels, where: str, count: "int | None" = None):
+    """Labels read from a file: a 1-D integer tensor (strings, fractions and floats refused) of ``count`` entries."""
+    if labels is None:
+        return None
+    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() \
+            or labels.dtype == torch.bool:
+        dtype = str(getattr(labels, "dtype", type(labels).__name__)).replace("torch.", "")
+        raise FedleakError(f"{where}: labels must be an integer tensor, got {dtype}")
+    if labels.dim() != 1 or (count is not None and labels.numel() != count):
+        raise FedleakError(f"{where}: labels must be one integer per input ({count}), got shape {tuple(labels.shape)}")
+    if labels.numel() and int(labels.min()) < 0:
+        raise FedleakError(f"{where}: labels must be class indices >= 0, got {int(labels.min())}")
+    return labels.long()
 
 
 def check_tensors(group: str, tensors: object, floating: bool = True) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from ..errors import FedleakError
 from ..runs.storage import load_tensors as _load_tensors
+from ..runs.storage import check_labels
 from ..runs.storage import read_json as _read_json
 from ..runs.storage import save_tensors as _save_tensors
 from ..runs.storage import write_json as _write_json
@@ -49,6 +50,16 @@ class Reconstruction:
         if meta.get("format") != "fedleak.reconstruction/1":
             raise FedleakError(f"{directory} is not a fedleak reconstruction")
         tensors = _load_tensors(directory / "reconstruction.safetensors").get("rec", {})
+        where = directory / "reconstruction.safetensors"
         if "inputs" not in tensors:
-            raise FedleakError(f"{directory / 'reconstruction.safetensors'} holds no inputs")
-        return cls(tensors["inputs"], tensors.get("labels"), tensors.get("candidates"), meta.get("extras", {}))
+            raise FedleakError(f"{where} holds no inputs")
+        inputs = tensors["inputs"]
+        if inputs.dtype in (torch.bool,) or inputs.is_complex() or inputs.dim() < 1 or (
+                inputs.is_floating_point() and not bool(torch.isfinite(inputs).all())):
+            raise FedleakError(f"{where}: inputs must be finite real tensors, got "
+                               f"{str(inputs.dtype).replace('torch.', '')} of shape {tuple(inputs.shape)}")
+        labels = check_labels(tensors.get("labels"), str(where), inputs.shape[0])
+        extras = meta.get("extras", {})
+        if not isinstance(extras, dict):
+            raise FedleakError(f"{directory / 'reconstruction.json'}: extras must be a JSON object")
+        return cls(inputs, labels, tensors.get("candidates"), extras)

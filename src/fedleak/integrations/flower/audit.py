@@ -15,9 +15,11 @@ every round, it
    JSON line per reply to ``OUT/leakage.jsonl`` (under a lock) and rewrites
    ``OUT/dashboard.html``.
 
-A reply whose arrays do not fit the model, or that lacks its ``num-examples``, is recorded as
-``rejected`` with the reason and is not passed on to the wrapped strategy (it could not be
-aggregated anyway); error replies (e.g. a client's inspector refusing the model) are recorded as
+A reply whose arrays do not fit the model, or that lacks its ``num-examples`` (or reports a
+non-finite, negative or absurd one, wrong dtypes, NaN weights, huge metadata: any field a client
+controls), is recorded as ``rejected`` with the reason and not attacked. Every reply is still
+passed on, unchanged, to the wrapped strategy: fedleak declines to attack, it never drops or
+mutates what the strategy aggregates (an audit must never take a federation down); error replies (e.g. a client's inspector refusing the model) are recorded as
 ``error`` and passed on. ``ship=`` makes the audit a malicious server: it sends that model (e.g.
 :func:`fedleak.models.imprint`'s) instead of the global one every round — see ``docs/flower.md``
 for the threat model. In evaluation mode a simulated client shares its batch
@@ -30,7 +32,6 @@ import json
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -41,7 +42,7 @@ from torch import nn
 from ...errors import FedleakError
 from ...types import ClientData, DataSpec, Params, Protocol, Update
 from .client import take_truth
-from .convert import model_record, protocol_from_config, split_record, update_from_params
+from .convert import client_metadata, model_record, protocol_from_config, split_record, update_from_params
 from .dashboard import write_dashboard
 from .scoring import attack_update, choose_attack
 
@@ -91,7 +92,9 @@ class LeakageAudit(Strategy):
             self.attack = self._build(attack)  # unknown names and options fail here, not mid-federation
         self.blocking, self.evaluation, self.save_updates = bool(blocking), bool(evaluation), bool(save_updates)
         self.arrayrecord_key, self.num_examples_key = arrayrecord_key, num_examples_key
-        self.out = Path(out)
+        from ...runs.outdir import prepare_out_dir
+
+        self.out = prepare_out_dir(out, "out")
         self.out.mkdir(parents=True, exist_ok=True)
         self.records: list[dict] = []
         self._lock = threading.Lock()
@@ -119,10 +122,9 @@ class LeakageAudit(Strategy):
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
-        passed = []
-        for reply in list(replies):
-            if self.receive(server_round, reply) != "rejected":
-                passed.append(reply)
+        passed = list(replies)
+        for reply in passed:
+            self.receive(server_round, reply)  # never raises; the strategy sees every reply as sent
         self._sent = {key: value for key, value in self._sent.items() if key[0] != server_round}
         if self.blocking:
             self.wait()
@@ -154,16 +156,20 @@ class LeakageAudit(Strategy):
     def receive(self, server_round: int, reply: Message) -> str:
         """Record one reply; start its attack. Returns the record's status (never raises for a
         bad reply: its problem becomes the record's ``reason``)."""
-        node = reply.metadata.src_node_id
-        entry = {"round": int(server_round), "client": int(node)}
-        if reply.has_error():
-            self._write({**entry, "status": "error", "reason": str(reply.error.reason)})
-            return "error"
         try:
+            node = int(reply.metadata.src_node_id)
+        except Exception:  # noqa: BLE001 - a reply without a usable node id is still only skipped
+            node = -1
+        entry = {"round": int(server_round), "client": node}
+        try:
+            if reply.has_error():
+                self._write({**entry, "status": "error", "reason": str(reply.error.reason)[:500]})
+                return "error"
             truth = take_truth(reply.content)
             update = self._update(server_round, node, reply.content)
-        except FedleakError as exc:
-            self._write({**entry, "status": "rejected", "reason": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - whatever a client sends, the federation goes on
+            reason = str(exc) if isinstance(exc, FedleakError) else f"malformed reply ({type(exc).__name__}: {exc})"
+            self._write({**entry, "status": "rejected", "reason": reason[:500]})
             return "rejected"
         entry.update(num_examples=update.num_samples, protocol=update.protocol.to_json())
         truth = truth if self.evaluation else None
@@ -215,8 +221,8 @@ class LeakageAudit(Strategy):
                                f"of examples); it has {len(metrics)} MetricRecord(s)")
         num_examples = next(iter(metrics.values()))[self.num_examples_key]
         protocol = self.round_protocol(server_round, config)
-        meta = {"round": server_round, "client_id": str(node), "train_config": config,
-                "client_metrics": dict(next(iter(metrics.values())))}
+        meta = {"round": server_round, "client_id": str(node), "train_config": client_metadata(config),
+                "client_metrics": client_metadata(next(iter(metrics.values())))}
         if hasattr(self.model, "imprint_secrets"):
             meta["imprint"] = self.model.imprint_secrets()
         return update_from_params(server, buffers, client, num_examples, protocol, meta)

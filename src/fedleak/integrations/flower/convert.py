@@ -12,6 +12,7 @@ Needs only numpy and torch; the ``ArrayRecord`` helpers import ``flwr`` when cal
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 from typing import Any, Mapping, Optional, Sequence
 
@@ -61,10 +62,18 @@ def split_arrays(model: nn.Module, arrays: Sequence[np.ndarray], keys: str = "st
     state = model.state_dict()
     params, buffers = {}, {}
     for name, array in zip(order, arrays):
-        array = np.asarray(array)
+        try:
+            array = np.asarray(array)
+        except Exception as exc:  # a client's object that numpy cannot read
+            raise FedleakError(f"{what}: array for {name!r} could not be read: {type(exc).__name__}") from None
         expected = tuple(state[name].shape)
         if tuple(array.shape) != expected:
             raise FedleakError(f"{what}: array for {name!r} has shape {tuple(array.shape)}, the model has {expected}")
+        if state[name].is_floating_point() and array.dtype.kind != "f":
+            raise FedleakError(f"{what}: array for {name!r} has dtype {array.dtype}, the model has "
+                               f"{str(state[name].dtype).replace('torch.', '')} (floating point expected)")
+        if array.dtype.kind not in "fiub":
+            raise FedleakError(f"{what}: array for {name!r} has dtype {array.dtype}, not a number type")
         tensor = torch.from_numpy(array.copy()).to(state[name].dtype)
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise FedleakError(f"{what}: array for {name!r} holds NaN or infinite values")
@@ -98,14 +107,54 @@ def update_from_params(server: Params, buffers: Params, client: Params, num_exam
                        metadata: Optional[dict] = None) -> Update:
     """The :class:`~fedleak.Update` of a client that returned ``client`` for the sent ``server``:
     FedAvg keeps θᶜ, FedSGD turns it into the gradient (θˢ − θᶜ)/η."""
-    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, float)) or not num_examples >= 1 \
-            or int(num_examples) != num_examples:
-        raise FedleakError(f"the client reported {num_examples!r} examples; expected a positive integer")
+    num_examples = check_num_examples(num_examples)
     meta = dict(metadata or {})
     if protocol.algorithm == "fedsgd":
         gradient = {k: (server[k] - client[k]) / protocol.lr for k in server}
         return Update(server, protocol, int(num_examples), gradient=gradient, buffers=buffers, metadata=meta)
     return Update(server, protocol, int(num_examples), client_params=client, buffers=buffers, metadata=meta)
+
+
+#: the most examples a client may report (beyond it the number is a lie or an overflow)
+MAX_EXAMPLES = 10 ** 9
+#: client-controlled metadata kept in an update: at most this many entries, each this long
+MAX_METRICS, MAX_TEXT = 1000, 200
+
+
+def check_num_examples(value) -> int:
+    """A client's reported number of examples: a whole, finite number in ``[1, MAX_EXAMPLES]``."""
+    if isinstance(value, (np.integer, np.floating)):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or isinstance(value, float) and (
+            not math.isfinite(value) or not value.is_integer()) or not 1 <= value <= MAX_EXAMPLES:
+        text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise FedleakError(f"the client reported {text} examples; expected an integer from 1 to {MAX_EXAMPLES}")
+    return int(value)
+
+
+def client_metadata(values) -> dict:
+    """A client-controlled mapping (metrics, config) made safe to store: string keys, finite numbers,
+    booleans and short strings only (other entries are left out); more than :data:`MAX_METRICS`
+    entries is a malformed reply (:class:`FedleakError`)."""
+    out: dict = {}
+    try:
+        items = list(dict(values or {}).items())
+    except Exception:  # not a mapping at all
+        return {}
+    if len(items) > MAX_METRICS:
+        raise FedleakError(f"the reply's metadata holds {len(items)} entries; at most {MAX_METRICS}")
+    for key, value in items:
+        if not isinstance(key, str) or len(key) > MAX_TEXT:
+            continue
+        if isinstance(value, (np.integer, np.floating, np.bool_)):
+            value = value.item()
+        if isinstance(value, bool) or isinstance(value, int) and abs(value) < 2 ** 63:
+            out[key] = value
+        elif isinstance(value, float) and math.isfinite(value):
+            out[key] = value
+        elif isinstance(value, str) and len(value) <= MAX_TEXT:
+            out[key] = value
+    return out
 
 
 def protocol_from_config(base: Protocol, config: Optional[Mapping[str, Any]]) -> Protocol:
@@ -115,15 +164,17 @@ def protocol_from_config(base: Protocol, config: Optional[Mapping[str, Any]]) ->
     known = {f.name for f in fields(Protocol)}
     changes = {CONFIG_ALIASES[k]: v for k, v in dict(config or {}).items() if k in CONFIG_ALIASES
                and CONFIG_ALIASES[k] in known}
-    try:
-        if "epochs" in changes:
-            changes["epochs"] = int(changes["epochs"])
-        if "batch_size" in changes:
-            changes["batch_size"] = int(changes["batch_size"])
-        if "lr" in changes:
-            changes["lr"] = float(changes["lr"])
-    except (TypeError, ValueError) as exc:
-        raise FedleakError(f"the train config holds a protocol value that is not a number: {exc}") from None
+    from ...config.boundary import finite_float
+
+    for key, high in (("epochs", 10_000), ("batch_size", 1_000_000), ("lr", 1e6)):
+        if key in changes:
+            value = changes[key]
+            if isinstance(value, (np.integer, np.floating)):
+                value = value.item()
+            number = finite_float(value, f"the train config's {key}", low=0, high=high, positive=True)
+            if key != "lr" and not float(number).is_integer():
+                raise FedleakError(f"the train config's {key} must be a whole number, got {value!r}")
+            changes[key] = number if key == "lr" else int(number)
     return replace(base, **changes) if changes else base
 
 

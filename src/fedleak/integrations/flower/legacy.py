@@ -21,7 +21,6 @@ subclasses Flower's ``Strategy`` when ``flwr`` is installed (``pip install flwr`
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -29,7 +28,7 @@ from torch import nn
 
 from ...errors import FedleakError
 from ...types import DataSpec, Params, Protocol
-from .convert import _names, model_arrays, protocol_from_config, split_arrays, update_from_split
+from .convert import _names, client_metadata, model_arrays, protocol_from_config, split_arrays, update_from_split
 
 try:  # Flower's legacy strategy API (flwr.server.strategy), present through flwr 1.x
     from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
@@ -84,7 +83,9 @@ class LeakageRecorder(_StrategyBase):
             attack = build(attack, **(attack_options or {}))
         self.strategy, self.model, self.protocol, self.keys = strategy, model, protocol, keys
         self.attack, self.spec, self.ship, self.clients = attack, spec, ship, clients
-        self.out = Path(out)
+        from ...runs.outdir import prepare_out_dir
+
+        self.out = prepare_out_dir(out, "out")
         self.out.mkdir(parents=True, exist_ok=True)
         self._sent: dict[int, tuple[Params, Params]] = {}  # round -> the (parameters, buffers) it sent
         self._config: dict[tuple[int, str], dict] = {}
@@ -107,7 +108,15 @@ class LeakageRecorder(_StrategyBase):
 
     def aggregate_fit(self, server_round: int, results, failures):
         for proxy, fit_res in results:
-            self.record(server_round, str(proxy.cid), fit_res)
+            try:
+                self.record(server_round, str(proxy.cid), fit_res)
+            except Exception as exc:  # noqa: BLE001 - one client's reply never takes the federation down
+                reason = str(exc) if isinstance(exc, FedleakError) else f"{type(exc).__name__}: {exc}"
+                entry = {"round": server_round, "client": str(getattr(proxy, "cid", "?")), "status": "rejected",
+                         "reason": reason[:500]}
+                with open(self.out / "updates.jsonl", "a") as fh:
+                    fh.write(json.dumps(entry) + "\n")
+                self.records.append(entry)
         self._sent.pop(server_round, None)  # the round is over: keep no copy of its model
         self._config = {key: c for key, c in self._config.items() if key[0] != server_round}
         return self.strategy.aggregate_fit(server_round, results, failures)
@@ -139,7 +148,7 @@ class LeakageRecorder(_StrategyBase):
         server, buffers = self._sent[server_round]
         update = update_from_split(self.model, server, buffers, _to_arrays(fit_res.parameters), fit_res.num_examples, protocol,
                          self.keys, metadata={"round": server_round, "client_id": cid, "fit_config": config,
-                                              "client_metrics": dict(getattr(fit_res, "metrics", {}) or {})})
+                                              "client_metrics": client_metadata(getattr(fit_res, "metrics", {}))})
         where = self.out / f"round-{server_round}" / f"client-{_safe(cid)}"
         update.save(where / "update")
         entry = {"round": server_round, "client": cid, "num_examples": int(fit_res.num_examples),
