@@ -83,10 +83,29 @@ def choose(name: str, *, quick: bool, iterations: Optional[int], seed: int) -> A
 
 
 def honest_attacks(algorithm: str, *, override=None, quick: bool = False, iterations: Optional[int] = None,
-                   seed: int = 0) -> list[AttackChoice]:
-    names = list(override) if override else list(HONEST_ATTACKS[algorithm])
+                   seed: int = 0, text: bool = False) -> list[AttackChoice]:
+    names = list(override) if override else (text_attacks(algorithm) if text else list(HONEST_ATTACKS[algorithm]))
     return [choose(n, quick=quick, iterations=iterations, seed=seed) for n in names]
 
 
 def build(choice: AttackChoice):
     return attacks.build(choice.name, **choice.options)
+
+
+#: honest server's attacks on text (token sequences), per algorithm: DAGER (Petrov et al. 2024) and its
+#: continuous variant TIGER; those registered in :mod:`fedleak.attacks` are run
+TEXT_HONEST_ATTACKS = {"fedsgd": ("dager", "tiger"), "fedavg": ("dager", "tiger")}
+TITLES.update({"dager": "DAGER (exact span-based recovery)", "tiger": "TIGER (continuous span-based recovery)",
+               "tag": "TAG (gradient matching on relaxed tokens)"})
+
+
+def text_attacks(algorithm: str) -> list[str]:
+    """The registered text attacks of :data:`TEXT_HONEST_ATTACKS` for ``algorithm`` (an error if none is)."""
+    from ..errors import FedleakError
+
+    _ensure_loaded()
+    names = [n for n in TEXT_HONEST_ATTACKS[algorithm] if n in ATTACKS]
+    if not names:
+        raise FedleakError(f"no text attack ({', '.join(TEXT_HONEST_ATTACKS[algorithm])}) is registered in this "
+                           f"installation; name one with --attacks")
+    return names
