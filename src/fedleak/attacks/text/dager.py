@@ -26,6 +26,7 @@ from ..base import Attack, AttackOptions, register
 from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
 from .final_token import recover_final
 from .probes import capture, is_causal, model_type, probes
+from .spans import effective_width
 from .search import grow_causal, outside_level, search_encoder, token_candidates
 
 
@@ -62,8 +63,8 @@ class Dager(Attack):
         points = param_points(update, opts.fedavg_points)
         steps = length - 1 if (causal and task == "causal-lm") else length
         tokens = n * steps
-        limit = min(min(s.width if s.transform is None else s.transform.shape[0] for s in first.spans),
-                    min(s.width if s.transform is None else s.transform.shape[0] for s in second.spans))
+        gen = torch.Generator().manual_seed(opts.seed)
+        limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
         exact = exactness(tokens, limit, first, second)
         extras = {"exactness": exact, "first": first.describe(), "second": second.describe(),
                   "model_type": model_type(model), "task": task, "points": len(points)}
@@ -81,7 +82,6 @@ class Dager(Attack):
         def second_distance(ids):
             return torch.stack([second.distance(capture(model, p, ids, second.modules[0])) for p in points]).min(0).values
 
-        gen = torch.Generator().manual_seed(opts.seed)
         outside = outside_level(second_distance, vocab_size(model), length, gen)
         extras["outside_min"] = float(outside.min())
         if causal:
@@ -94,13 +94,12 @@ class Dager(Attack):
                 ids, final_info = self._final(model, update, prefixes, cands, opts)
                 extras["final_token"] = final_info
         else:
-            ids, dist, info = search_encoder(second_distance, cands, n, sweeps=opts.sweeps, restarts=opts.restarts,
+            ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps, restarts=opts.restarts,
                                              generator=gen, chunk=opts.chunk)
-            from .spans import gap_threshold
-            tau = gap_threshold(dist.reshape(-1))
+            tau = info["threshold"]
             per_seq = dist.max(1).values
             verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
-            extras["search"] = {**info, "threshold": tau, "max_distance": [float(v) for v in per_seq]}
+            extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
         final_ok = extras.get("final_token", {}).get("recovered", True)
         extras["certain"] = bool(exact["holds"] and verified and final_ok)
         extras["verified"] = bool(verified)
@@ -120,6 +119,19 @@ class Dager(Attack):
         finals, info = recover_final(model, update.server_params, update.pseudo_gradient(), prefixes,
                                      lambda ids: simulate(model, update, ids), dummy)
         return torch.cat([prefixes, finals.unsqueeze(1)], 1), info
+
+
+def calibrate_widths(model, params, first, second, vocab, length, generator) -> int:
+    """Effective widths of both probes from random token sequences (:func:`~.spans.effective_width`);
+    returns the smaller one, the exactness limit on token inputs per step."""
+    width = max(s.basis.shape[0] for s in first.spans + second.spans)
+    count = -(-2 * width // length) + 1
+    ids = torch.randint(vocab, (count, length), generator=generator)
+    for probe in (first, second):
+        x = capture(model, params, ids, probe.modules[0])
+        for span in probe.spans:
+            effective_width(span, x)
+    return min(s.width for s in first.spans + second.spans)
 
 
 register("dager", Dager, "Petrov et al. 2024 DAGER: exact text recovery from gradient spans (data-chosen ranks, "

@@ -67,7 +67,12 @@ def split(dist: torch.Tensor, outside: torch.Tensor, accepted: list[float]) -> f
     anchors and the distances accepted so far, never above the smallest outside anchor."""
     pool = torch.cat([dist.reshape(-1).double(), outside, torch.tensor(accepted, dtype=torch.float64)])
     low = float(outside.min())
-    return gap_threshold(pool[pool <= low])
+    tau = gap_threshold(pool[pool <= low])
+    below = pool[pool <= tau]
+    # a real split is wider than the spread of the outside anchors themselves
+    if below.numel() and float(outside.max() / outside.min()) >= low / float(below.max().clamp_min(1e-30)):
+        return 0.0
+    return tau
 
 
 def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_sequences: int,
@@ -108,7 +113,8 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
                       "rejected_min": None if rejected_min == math.inf else rejected_min, "clean": clean}
 
 
-def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: int, *, sweeps: int = 6,
+def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: int, outside: torch.Tensor, *,
+                   sweeps: int = 6,
                    restarts: int = 8, generator: torch.Generator | None = None,
                    chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Pruned search for encoders: coordinate descent per slot with restarts (see module docstring).
@@ -136,15 +142,33 @@ def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: 
                 best = c[total.argmin(1)]
                 changed |= bool((best != seqs[:, p]).any())
                 seqs[:, p] = best
+            changed |= swap(seqs)
             if not changed:
                 break
         return seqs
+
+    def swap(seqs):
+        """Try exchanging every pair of positions of every slot (tokens that sit one place off)."""
+        pairs = torch.combinations(torch.arange(length), 2)
+        changed = False
+        for i in range(seqs.shape[0]):
+            base = seqs[i]
+            trial = base.repeat(pairs.shape[0] + 1, 1)
+            rows = torch.arange(1, pairs.shape[0] + 1)
+            trial[rows, pairs[:, 0]] = base[pairs[:, 1]]
+            trial[rows, pairs[:, 1]] = base[pairs[:, 0]]
+            total = score(trial).clamp_min(1e-12).log().sum(1)
+            best = int(total.argmin())
+            if best != 0:
+                seqs[i] = trial[best]
+                changed = True
+        return changed
 
     slots = descend(slots)
     dist = score(slots)
     tried = 0
     while tried < restarts:
-        tau = gap_threshold(dist.max(1).values, [float(dist.min())])
+        tau = split(dist.max(1).values, outside, [])
         ok = dist.max(1).values <= tau
         dup = _duplicates(slots)
         redo = torch.nonzero(~ok | dup).flatten()
@@ -155,7 +179,7 @@ def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: 
         slots[redo] = descend(fresh)
         dist[redo] = score(slots[redo])
         tried += 1
-    return slots, dist, {"restarts": tried}
+    return slots, dist, {"restarts": tried, "threshold": split(dist.max(1).values, outside, [])}
 
 
 def _duplicates(seqs: torch.Tensor) -> torch.Tensor:

@@ -109,3 +109,17 @@ def max_distance(spans: Sequence[Span], x: torch.Tensor) -> torch.Tensor:
         d = span.distance(x)
         out = d if out is None else torch.maximum(out, d)
     return out
+
+
+def effective_width(span: Span, inputs: torch.Tensor) -> int:
+    """The dimension the layer's inputs can reach, from ``inputs`` (…, d) of random tokens.
+
+    A LayerNorm without bias feeds centred vectors (rank ≤ d − 1), a LoRA A maps into r dimensions:
+    a span is proper only below this width, not below d. Sets and returns ``span.width``.
+    """
+    x = inputs.reshape(-1, inputs.shape[-1]).double()
+    if span.transform is not None:
+        x = x @ span.transform.double().T
+    s = torch.linalg.svdvals(x)
+    span.width = gap_rank(s, tuple(x.shape))[0]
+    return span.width
