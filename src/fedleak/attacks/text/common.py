@@ -44,6 +44,8 @@ def param_points(update: Update, points: int) -> list[dict]:
 def labels_for(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
     if labels is not None:
         return labels
+    if task_of(model) == "causal-lm":  # no target after the sequence (the final token predicts nothing)
+        return torch.full((ids.shape[0],), -100, dtype=torch.long)
     return torch.zeros(ids.shape[0], dtype=torch.long)
 
 
@@ -61,7 +63,7 @@ def simulate(model: nn.Module, update: Update, ids: torch.Tensor, labels: torch.
     # a bare transformers model (unit tests of the linear algebra): its own loss, one step
     live = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     hf = hf_of(model)
-    target = ids if task_of(model) == "causal-lm" else labels
+    target = ids if task_of(model) == "causal-lm" else labels  # (HF shifts; the final token has no target)
     loss = torch.func.functional_call(hf, live, (ids,), {"labels": target}, strict=False).loss
     grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
     return {k: (g if g is not None else torch.zeros_like(v)) for (k, v), g in zip(live.items(), grads)}

@@ -61,13 +61,10 @@ class Dager(Attack):
         first, second = probes(model, gradient, update.server_params)
         causal, task = is_causal(model), task_of(model)
         points = param_points(update, opts.fedavg_points)
-        steps = length - 1 if (causal and task == "causal-lm") else length
-        tokens = n * steps
         gen = torch.Generator().manual_seed(opts.seed)
         limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
-        exact = exactness(tokens, limit, first, second)
-        extras = {"exactness": exact, "first": first.describe(), "second": second.describe(),
-                  "model_type": model_type(model), "task": task, "points": len(points)}
+        extras = {"first": first.describe(), "second": second.describe(), "model_type": model_type(model),
+                  "task": task, "points": len(points)}
 
         first_inputs = first_inputs_fn(model, points, first.modules[0])
 
@@ -78,6 +75,11 @@ class Dager(Attack):
         cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional)
         extras["first_threshold"] = tau1
         extras["candidates_per_position"] = [int(c.numel()) for c in cands]
+        # under next-token loss with no target after the sequence, the final position has no gradient at all
+        hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
+        steps = length - 1 if hidden_final else length
+        exact = exactness(n * steps, limit, first, second)
+        extras["exactness"] = exact
 
         def second_distance(ids):
             return torch.stack([second.distance(capture(model, p, ids, second.modules[0])) for p in points]).min(0).values
@@ -88,19 +90,22 @@ class Dager(Attack):
             prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
                                          cap_factor=opts.beam_factor)
             extras["growth"] = info
-            verified = len(prefixes) == n and info["clean"]
+            verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
             ids = prefixes
-            if task == "causal-lm":
+            if hidden_final and prefixes.shape[1] == steps:
                 ids, final_info = self._final(model, update, prefixes, cands, opts)
                 extras["final_token"] = final_info
+            elif ids.shape[1] < length:
+                ids = torch.cat([ids, torch.zeros(ids.shape[0], length - ids.shape[1], dtype=torch.long)], 1)
         else:
-            ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps, restarts=opts.restarts,
-                                             generator=gen, chunk=opts.chunk)
+            ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,
+                                             restarts=opts.restarts, generator=gen, chunk=opts.chunk)
             tau = info["threshold"]
             per_seq = dist.max(1).values
             verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
             extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
-        final_ok = extras.get("final_token", {}).get("recovered", True)
+        final = extras.get("final_token", {})
+        final_ok = final.get("recovered", True) and final.get("residual_after", 0.0) < 1e-3
         extras["certain"] = bool(exact["holds"] and verified and final_ok)
         extras["verified"] = bool(verified)
         if not exact["holds"] and not verified:
