@@ -48,7 +48,8 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     (``model``, ``weights``, ``data``, ``data_root``, ``samples``, ``clients``, ``algorithm``,
     ``epochs``, ``batch_size``, ``lr``, ``static_batches``, ``defense``, ``rounds``, ``sample_rate``,
     ``delta``, ``sweep``, ``attacks``, ``malicious``, ``bins``, ``iterations``, ``quick``, ``seed``,
-    ``device``); keyword ``settings`` override it. ``progress``: ``"auto"``, ``"bar"``, ``"log"``,
+    ``device``; for ``data="text"`` also ``seq_len``, ``lora``, ``lora_warmup``, ``text_field``,
+    ``label_field``: :mod:`fedleak.audit.text`); keyword ``settings`` override it. ``progress``: ``"auto"``, ``"bar"``, ``"log"``,
     ``None`` or a callable receiving event dicts (:mod:`fedleak.audit.progress`). ``log`` prints the
     summary (``None`` for silence).
     """
