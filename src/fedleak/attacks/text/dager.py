@@ -60,9 +60,20 @@ class Dager(Attack):
         gradient = update.pseudo_gradient()
         first, second = probes(model, gradient, update.server_params)
         causal, task = is_causal(model), task_of(model)
-        points = param_points(update, opts.fedavg_points)
         gen = torch.Generator().manual_seed(opts.seed)
         limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
+        if not (first.proper and second.proper):
+            # no gap: past the limit nothing can be separated; below it (FedAvg's drifting inputs, noise)
+            # the leading N·L directions — N and L are known to the server — stand in, never certain
+            if n * length > limit:
+                exact = exactness(n * length, limit, first, second)
+                return text_result(torch.zeros(0, length, dtype=torch.long), model, {
+                    "exactness": exact, "certain": False, "verified": False, "first": first.describe(),
+                    "second": second.describe(), "seconds": time.perf_counter() - start,
+                    "note": "exactness condition fails: no sequence is returned"})
+            first.spans = [sp if sp.proper else sp.with_rank(n * length) for sp in first.spans]
+            second.spans = [sp if sp.proper else sp.with_rank(n * length) for sp in second.spans]
+        points = param_points(update, opts.fedavg_points)
         extras = {"first": first.describe(), "second": second.describe(), "model_type": model_type(model),
                   "task": task, "points": len(points)}
 
