@@ -125,7 +125,7 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
 def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: int, outside: torch.Tensor, *,
                    sweeps: int = 6,
                    restarts: int = 8, generator: torch.Generator | None = None,
-                   chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor, dict]:
+                   chunk: int = 2048, init: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Pruned search for encoders: coordinate descent per slot with restarts (see module docstring).
 
     Returns (sequences (N, L), per-position distances (N, L), diagnostics).
@@ -133,6 +133,8 @@ def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: 
     length = len(cands)
     cands = [c if c.numel() else torch.zeros(1, dtype=torch.long) for c in cands]
     slots = torch.stack([torch.stack([c[n % c.numel()] for c in cands]) for n in range(num_sequences)])
+    if init is not None:  # a continuous relaxation's snapped tokens (tiger)
+        slots = init.clone()
 
     def score(ids):
         return torch.cat([second(ids[i:i + chunk]) for i in range(0, ids.shape[0], chunk)]).double()
