@@ -76,11 +76,14 @@ def split(dist: torch.Tensor, outside: torch.Tensor, accepted: list[float]) -> f
 
 
 def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_sequences: int,
-                outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8) -> tuple[torch.Tensor, dict]:
+                outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8,
+                pair_distance=None) -> tuple[torch.Tensor, dict]:
     """Greedy left-to-right growth of prefixes through the second span (DAGER Alg. 1).
 
     Returns the surviving prefixes (P, steps) and diagnostics (threshold, per-step survivors,
     whether every step had a clean gap). At most ``cap_factor``·N prefixes are kept per step.
+    ``pair_distance(prefixes, cand)`` (optional) gives the new position's distances of all pairs at
+    once (:mod:`.incremental`, the first block's key/value cache) instead of whole-pair passes.
     """
     prefixes = torch.zeros(1, 0, dtype=torch.long)
     worst = torch.zeros(1, dtype=torch.float64)  # per prefix: its largest accepted distance / threshold
@@ -94,7 +97,10 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             break
         pairs = torch.cat([prefixes.repeat_interleave(cand.numel(), 0),
                            cand.repeat(prefixes.shape[0]).unsqueeze(1)], dim=1)
-        dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
+        if pair_distance is not None:
+            dist = pair_distance(prefixes, cand).double()
+        else:
+            dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
         tau = split(dist, outside, accepted[-4 * num_sequences:])
         order = dist.argsort()
         keep = order[dist[order] <= tau]

@@ -89,17 +89,26 @@ class Span:
         """Whether the span is a proper subspace (a span test can reject anything)."""
         return 0 < self.rank < self.width
 
-    def distance(self, x: torch.Tensor) -> torch.Tensor:
-        """Relative distance ‖x − ΠU x‖ / ‖x‖ of each row of ``x`` (…, d) to the span."""
-        x = x.to(self.basis.dtype)
+    def distance(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        """Relative distance ‖x − ΠU x‖ / ‖x‖ of each row of ``x`` (…, d) to the span.
+
+        ``fast``: in float32 (the vocabulary screen; in-span rows stay near 1e-6, outside rows ≫ 1e-3),
+        else in float64.
+        """
+        dtype = torch.float32 if fast else self.basis.dtype
+        x = x.to(dtype)
         if self.transform is not None:
-            x = x @ self.transform.to(x.dtype).T
-        norm = x.norm(dim=-1).clamp_min(1e-30)
+            x = x @ self.transform.to(dtype).T
+        norm = x.norm(dim=-1)
+        zero = norm <= 1e-12 * float(norm.max().clamp_min(1e-30)) if norm.numel() else norm.bool()
+        norm = norm.clamp_min(1e-30)
         if self.complement.shape[1] <= self.basis.shape[1]:
-            residual = (x @ self.complement).norm(dim=-1)
+            residual = (x @ self.complement.to(dtype)).norm(dim=-1)
         else:
-            residual = (x - (x @ self.basis) @ self.basis.T).norm(dim=-1)
-        return residual / norm
+            basis = self.basis.to(dtype)
+            residual = (x - (x @ basis) @ basis.T).norm(dim=-1)
+        # a zero input (a zeroed padding embedding) carries no token: never "in" the span
+        return torch.where(zero, torch.ones_like(norm), residual / norm)
 
     def with_rank(self, rank: int) -> "Span":
         """The same singular vectors split at ``rank`` (a rank known from N and L when noise hides the gap)."""

@@ -65,7 +65,7 @@ class Tiger(Attack):
             probe.spans = [sp if sp.proper else sp.with_rank(min(n * length, sp.width - 1)) for sp in probe.spans]
         positional = model_type(model) != "llama"
         first_inputs = first_inputs_fn(model, [{}], first.modules[0])
-        _, dist1, _ = token_candidates(first_inputs, lambda x: first.distance(x).min(0).values, vocab_size(model),
+        _, dist1, _ = token_candidates(first_inputs, lambda x: first.distance(x, fast=True).min(0).values, vocab_size(model),
                                        length, positional)
         k = opts.candidates or max(8, 2 * n)
         cands = dist1.topk(k, dim=0, largest=False).indices.T  # (L, K)
