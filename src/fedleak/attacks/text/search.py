@@ -104,9 +104,8 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
         tau = split(dist, outside, accepted[-4 * num_sequences:])
         order = dist.argsort()
         keep = order[dist[order] <= tau]
-        if keep.numel() < num_sequences:  # fewer than N below the split: keep the N closest (not certain)
-            clean = False
-            keep = order[:num_sequences]
+        if keep.numel() < num_sequences:  # fewer than N below the split (shared prefixes, or drift): keep
+            keep = order[:num_sequences]  # the N closest; a false one dies later or fails the final check
         if keep.numel() > cap:
             clean = False
             keep = keep[:cap]
