@@ -25,6 +25,7 @@ from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
 from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
 from .final_token import recover_final
+from .incremental import last_inputs
 from .probes import capture, is_causal, model_type, probes
 from .spans import effective_width
 from .search import grow_causal, outside_level, search_encoder, token_candidates
@@ -60,16 +61,27 @@ class Dager(Attack):
         gradient = update.pseudo_gradient()
         first, second = probes(model, gradient, update.server_params)
         causal, task = is_causal(model), task_of(model)
-        points = param_points(update, opts.fedavg_points)
         gen = torch.Generator().manual_seed(opts.seed)
         limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
+        if not (first.proper and second.proper):
+            # no gap: past the limit nothing can be separated; below it (FedAvg's drifting inputs, noise)
+            # the leading N·L directions — N and L are known to the server — stand in, never certain
+            if n * length >= limit:  # a full span tests nothing
+                exact = exactness(n * length, limit, first, second)
+                return text_result(torch.zeros(0, length, dtype=torch.long), model, {
+                    "exactness": exact, "certain": False, "verified": False, "first": first.describe(),
+                    "second": second.describe(), "seconds": time.perf_counter() - start,
+                    "note": "exactness condition fails: no sequence is returned"})
+            first.spans = [sp if sp.proper else sp.with_rank(n * length) for sp in first.spans]
+            second.spans = [sp if sp.proper else sp.with_rank(n * length) for sp in second.spans]
+        points = param_points(update, opts.fedavg_points)
         extras = {"first": first.describe(), "second": second.describe(), "model_type": model_type(model),
                   "task": task, "points": len(points)}
 
         first_inputs = first_inputs_fn(model, points, first.modules[0])
 
         def first_distance(x):  # (K, B, T, d) -> (B, T): closest θ point
-            return first.distance(x).min(0).values
+            return first.distance(x, fast=True).min(0).values
 
         positional = model_type(model) != "llama"
         cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional)
@@ -87,8 +99,12 @@ class Dager(Attack):
         outside = outside_level(second_distance, vocab_size(model), length, gen)
         extras["outside_min"] = float(outside.min())
         if causal:
+            def pair_distance(prefixes, cand):
+                return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand, opts.chunk))
+                                    for p in points]).min(0).values
+
             prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
-                                         cap_factor=opts.beam_factor)
+                                         cap_factor=opts.beam_factor, pair_distance=pair_distance)
             extras["growth"] = info
             verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
             ids = prefixes

@@ -104,10 +104,10 @@ class Probe:
     def proper(self) -> bool:
         return all(s.proper for s in self.spans)
 
-    def distance(self, x: torch.Tensor) -> torch.Tensor:
+    def distance(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
         out = None
         for span in self.spans:
-            d = span.distance(x)
+            d = span.distance(x, fast)
             out = d if out is None else torch.maximum(out, d)
         return out
 

@@ -25,7 +25,7 @@ Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B
 
 
 def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first_distance, vocab: int,
-                     length: int, positional: bool, chunk: int = 1024) -> tuple[list[torch.Tensor], torch.Tensor, float]:
+                     length: int, positional: bool, chunk: int = 1024, max_per_position: int = 4096) -> tuple[list[torch.Tensor], torch.Tensor, float]:
     """Per position the tokens whose first-layer input lies in the first span.
 
     Returns (candidates per position sorted by distance, distances (V, L), threshold).
@@ -44,7 +44,7 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     for p in range(length):
         col = dist[:, p]
         idx = torch.nonzero(col <= tau).flatten()
-        cands.append(idx[col[idx].argsort()])
+        cands.append(idx[col[idx].argsort()][:max_per_position])
     return cands, dist, tau
 
 
@@ -76,13 +76,17 @@ def split(dist: torch.Tensor, outside: torch.Tensor, accepted: list[float]) -> f
 
 
 def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_sequences: int,
-                outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8) -> tuple[torch.Tensor, dict]:
+                outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8,
+                pair_distance=None) -> tuple[torch.Tensor, dict]:
     """Greedy left-to-right growth of prefixes through the second span (DAGER Alg. 1).
 
     Returns the surviving prefixes (P, steps) and diagnostics (threshold, per-step survivors,
     whether every step had a clean gap). At most ``cap_factor``·N prefixes are kept per step.
+    ``pair_distance(prefixes, cand)`` (optional) gives the new position's distances of all pairs at
+    once (:mod:`.incremental`, the first block's key/value cache) instead of whole-pair passes.
     """
     prefixes = torch.zeros(1, 0, dtype=torch.long)
+    worst = torch.zeros(1, dtype=torch.float64)  # per prefix: its largest accepted distance / threshold
     accepted_max, rejected_min, survivors, clean = 0.0, math.inf, [], True
     accepted: list[float] = []
     cap = max(1, cap_factor * num_sequences)
@@ -93,22 +97,32 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             break
         pairs = torch.cat([prefixes.repeat_interleave(cand.numel(), 0),
                            cand.repeat(prefixes.shape[0]).unsqueeze(1)], dim=1)
-        dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
+        if pair_distance is not None:
+            dist = pair_distance(prefixes, cand).double()
+        else:
+            dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
         tau = split(dist, outside, accepted[-4 * num_sequences:])
-        keep = torch.nonzero(dist <= tau).flatten()
-        if keep.numel() == 0:
-            clean = False
-            keep = dist.argsort()[:num_sequences]
+        order = dist.argsort()
+        keep = order[dist[order] <= tau]
+        if keep.numel() < num_sequences:  # fewer than N below the split (shared prefixes, or drift): keep
+            keep = order[:num_sequences]  # the N closest; a false one dies later or fails the final check
         if keep.numel() > cap:
             clean = False
-            keep = keep[dist[keep].argsort()[:cap]]
-        accepted_max = max(accepted_max, float(dist[keep].max()))
-        accepted.extend(dist[keep].tolist())
+            keep = keep[:cap]
+        below = dist[keep] <= tau
+        accepted_max = max(accepted_max, float(dist[keep][below].max()) if bool(below.any()) else 0.0)
+        accepted.extend(dist[keep][below].tolist())
         rest = dist[dist > tau]
         if rest.numel():
             rejected_min = min(rejected_min, float(rest.min()))
+        ratio = dist[keep] / max(tau, 1e-30)
+        worst = torch.maximum(worst.repeat_interleave(cand.numel())[keep], ratio)
         prefixes = pairs[keep]
         survivors.append(int(keep.numel()))
+    if prefixes.shape[0] > num_sequences:  # the N prefixes that stayed closest to the span
+        best = worst.argsort()[:num_sequences]
+        prefixes, worst = prefixes[best], worst[best]
+    clean = clean and bool((worst <= 1).all())
     return prefixes, {"survivors": survivors, "accepted_max": accepted_max,
                       "rejected_min": None if rejected_min == math.inf else rejected_min, "clean": clean}
 
@@ -116,7 +130,7 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
 def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: int, outside: torch.Tensor, *,
                    sweeps: int = 6,
                    restarts: int = 8, generator: torch.Generator | None = None,
-                   chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor, dict]:
+                   chunk: int = 2048, init: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Pruned search for encoders: coordinate descent per slot with restarts (see module docstring).
 
     Returns (sequences (N, L), per-position distances (N, L), diagnostics).
@@ -124,6 +138,8 @@ def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: 
     length = len(cands)
     cands = [c if c.numel() else torch.zeros(1, dtype=torch.long) for c in cands]
     slots = torch.stack([torch.stack([c[n % c.numel()] for c in cands]) for n in range(num_sequences)])
+    if init is not None:  # a continuous relaxation's snapped tokens (tiger)
+        slots = init.clone()
 
     def score(ids):
         return torch.cat([second(ids[i:i + chunk]) for i in range(0, ids.shape[0], chunk)]).double()

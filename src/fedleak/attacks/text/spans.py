@@ -24,8 +24,10 @@ def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] 
     """(rank, gap) of a matrix of ``shape`` from its singular values (descending).
 
     The rank is the index of the largest ratio σᵢ/σᵢ₊₁ over the values followed by the floor
-    σ₁·max(shape)·ε (ε of float32, the precision the client computed its gradient in); ``gap`` is
-    that ratio (1 when there is nothing above the floor).
+    σ₁·max(shape)·ε (ε of float32, the precision the client computed its gradient in), among the
+    splits whose lower side σᵢ₊₁ lies below σ₁·√ε — where float32 rounding, not data, dominates (a
+    steep drop among large values, e.g. one dominant direction, is not a rank); ``gap`` is that ratio
+    (1 when there is nothing above the floor).
     """
     s = singular.detach().double().clamp_min(0)
     if s.numel() == 0 or float(s[0]) == 0.0:
@@ -34,6 +36,7 @@ def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] 
     floor = float(s[0]) * max(shape) * eps
     values = torch.cat([s, s.new_tensor([floor])]).clamp_min(floor * 1e-3)
     ratios = values[:-1] / values[1:]
+    ratios = torch.where(values[1:] <= float(s[0]) * math.sqrt(eps), ratios, torch.zeros_like(ratios))
     best = int(torch.argmax(ratios))
     return best + 1, float(ratios[best])
 
@@ -86,17 +89,33 @@ class Span:
         """Whether the span is a proper subspace (a span test can reject anything)."""
         return 0 < self.rank < self.width
 
-    def distance(self, x: torch.Tensor) -> torch.Tensor:
-        """Relative distance ‖x − ΠU x‖ / ‖x‖ of each row of ``x`` (…, d) to the span."""
-        x = x.to(self.basis.dtype)
+    def distance(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        """Relative distance ‖x − ΠU x‖ / ‖x‖ of each row of ``x`` (…, d) to the span.
+
+        ``fast``: in float32 (the vocabulary screen; in-span rows stay near 1e-6, outside rows ≫ 1e-3),
+        else in float64.
+        """
+        dtype = torch.float32 if fast else self.basis.dtype
+        x = x.to(dtype)
         if self.transform is not None:
-            x = x @ self.transform.to(x.dtype).T
-        norm = x.norm(dim=-1).clamp_min(1e-30)
+            x = x @ self.transform.to(dtype).T
+        norm = x.norm(dim=-1)
+        zero = norm <= 1e-12 * float(norm.max().clamp_min(1e-30)) if norm.numel() else norm.bool()
+        norm = norm.clamp_min(1e-30)
         if self.complement.shape[1] <= self.basis.shape[1]:
-            residual = (x @ self.complement).norm(dim=-1)
+            residual = (x @ self.complement.to(dtype)).norm(dim=-1)
         else:
-            residual = (x - (x @ self.basis) @ self.basis.T).norm(dim=-1)
-        return residual / norm
+            basis = self.basis.to(dtype)
+            residual = (x - (x @ basis) @ basis.T).norm(dim=-1)
+        # a zero input (a zeroed padding embedding) carries no token: never "in" the span
+        return torch.where(zero, torch.ones_like(norm), residual / norm)
+
+    def with_rank(self, rank: int) -> "Span":
+        """The same singular vectors split at ``rank`` (a rank known from N and L when noise hides the gap)."""
+        u = torch.cat([self.basis, self.complement], dim=1)
+        rank = max(1, min(int(rank), u.shape[1] - 1))
+        return Span(u[:, :rank].contiguous(), u[:, rank:].contiguous(), rank, self.width, self.gap, self.singular,
+                    self.transform, self.name)
 
     def describe(self) -> dict:
         return {"name": self.name, "rank": self.rank, "width": self.width, "gap": self.gap}
