@@ -79,6 +79,8 @@ def choose(name: str, *, quick: bool, iterations: Optional[int], seed: int) -> A
         options["iterations"] = iterations if iterations is not None else (short if quick else standard)
     if _accepts(name, "seed"):
         options["seed"] = seed
+    if name in TEXT_BUDGETS and _accepts(name, "steps"):  # the text attacks count optimization steps
+        options["steps"] = iterations if iterations is not None else TEXT_BUDGETS[name][1 if quick else 0]
     return AttackChoice(name, options, TITLES.get(name, name))
 
 
@@ -95,6 +97,8 @@ def build(choice: AttackChoice):
 #: honest server's attacks on text (token sequences), per algorithm: DAGER (Petrov et al. 2024) and its
 #: continuous variant TIGER; those registered in :mod:`fedleak.attacks` are run
 TEXT_HONEST_ATTACKS = {"fedsgd": ("dager", "tiger"), "fedavg": ("dager", "tiger")}
+#: (standard, quick) optimization steps of the continuous text attacks
+TEXT_BUDGETS = {"tiger": (200, 50), "tag": (100, 30)}
 TITLES.update({"dager": "DAGER (exact span-based recovery)", "tiger": "TIGER (continuous span-based recovery)",
                "tag": "TAG (gradient matching on relaxed tokens)"})
 
