@@ -189,8 +189,11 @@ def judge(attack_scores: dict) -> dict:
         return {"verdict": "not run", "rec_percent": None, "rouge1": None, "psnr": None, "strongest": None}
     name, best = max(scored.items(), key=lambda kv: (kv[1]["rec_percent"], kv[1].get("rouge1") or 0.0))
     rouge1 = max(s.get("rouge1") or 0.0 for s in scored.values())
+    failed = [s["exactness"].get("reason") for s in scored.values()
+              if isinstance(s.get("exactness"), dict) and s["exactness"].get("holds") is False]
     return {"verdict": level(best["rec_percent"], rouge1), "rec_percent": best["rec_percent"], "rouge1": rouge1,
-            "psnr": None, "strongest": name, "modality": "text"}
+            "psnr": None, "strongest": name, "modality": "text",
+            "condition_failed": failed[0] if failed else None}
 
 
 #: public sequences the malicious server fits its imprint bins to (Fowl et al. App. A.4: public text)

@@ -72,8 +72,12 @@ def verdict_sentence(title: str, tm: dict, prefix: bool = True) -> str:
     head = f"{title}: {tm['verdict'].upper()} leakage. " if prefix else ""
     if tm["verdict"] == "not run":
         return f"{title}: not evaluated (no attack of this threat model ran)."
-    return (f"{head}Its strongest attack, {tm['strongest']}, recovers {tm['rec_percent']:.0f}% of a client's "
-            f"sequences exactly, token for token (best mean ROUGE-1 {tm['rouge1']:.2f}).")
+    sentence = (f"{head}Its strongest attack, {tm['strongest']}, recovers {tm['rec_percent']:.0f}% of a client's "
+                f"sequences exactly, token for token (best mean ROUGE-1 {tm['rouge1']:.2f}).")
+    if tm.get("condition_failed") and tm["verdict"] != "high":
+        sentence += (f" The exact attacks' condition did not hold ({tm['condition_failed']}): they could not decide, "
+                     f"which is no evidence that the text is protected.")
+    return sentence
 
 
 def imprint_sentence(mal: dict) -> str:
