@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sample-rate", type=float, help="DP-SGD: per-step sampling rate q (default batch size / N)")
     g.add_argument("--delta", type=float, help="DP-SGD: δ of the (ε, δ) guarantee (default 1e-5)")
     g = p.add_argument_group("language models (--data text)")
-    g.add_argument("--seq-len", type=int, help="tokens per sequence L (default 32)")
+    g.add_argument("--seq-len", type=int, help="tokens per sequence L (default 16)")
     g.add_argument("--lora", type=int, metavar="R", help="LoRA adapters of rank R (alpha 2R) on the attention "
                    "projections; the update holds only the adapters (FlowerTune)")
     g.add_argument("--lora-warmup", type=int, metavar="STEPS",

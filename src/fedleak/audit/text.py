@@ -26,7 +26,7 @@ from ..errors import FedleakError
 from ..types import ClientData, DataSpec, Reconstruction
 
 DEFAULT_TEXT_MODEL = "minilm"
-DEFAULT_SEQ_LEN = 32
+DEFAULT_SEQ_LEN = 16
 #: the toy next-word model of Fowl et al. App. A.4 (``fedleak.models.text``): a next-token classifier
 TOY_LM = "text-transformer"
 HIGH_PERCENT = 25.0
