@@ -190,3 +190,22 @@ def test_rouge_and_exact_on_fixed_sequences():
     assert result["rouge_on"] == "text" and result["rougeL"] == 1.0 and result["exact_sequences"] == 1.0
     empty = metrics.text_scores(torch.zeros(0, 6, dtype=torch.long), truth, pad_id=0)
     assert empty["rouge1"] == 0 and empty["exact_sequences"] == 0
+
+
+def test_model_folder_causal_roundtrip(tmp_path, lm_data):
+    """A saved causal LM folder (config + safetensors + tokenizer.json) loads back as the same model."""
+    import shutil
+
+    from fedleak.audit.text import model_task_and_tokenizer
+    from fedleak.data.tokenizers import minilm_path
+
+    spec, clients = lm_data
+    original = models.build("gpt2-tiny", spec, seed=5)
+    original.hf.save_pretrained(tmp_path)
+    shutil.copy(minilm_path() / "tokenizer.json", tmp_path / "tokenizer.json")
+    task, tokenizer = model_task_and_tokenizer(str(tmp_path))
+    assert task == "causal-lm" and tokenizer.get_vocab_size() == 30522
+    loaded = models.build(str(tmp_path), spec, seed=0)
+    assert loaded.task == "causal-lm" and loaded.pad_id == 0
+    with torch.no_grad():
+        assert torch.allclose(loaded(clients[0].inputs).logits, original(clients[0].inputs).logits, atol=1e-5)
