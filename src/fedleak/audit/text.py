@@ -127,7 +127,6 @@ class TextExample:
 
 def example(rec: Reconstruction, truth: ClientData, spec: DataSpec, scores: dict, tokenizer,
             limit: int = 16) -> TextExample:
-    from .. import metrics  # noqa: F401  (keeps the import order of the engine)
     from ..models.hf.wrapper import as_ids
 
     true = as_ids(truth.inputs.detach().cpu())

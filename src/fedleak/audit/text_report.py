@@ -8,11 +8,10 @@ linear assignment), every recovered token marked right (green) or wrong (red, st
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 import numpy as np
 
-from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
+from ..report import _html_images, _html_table, _html_text, markdown_table
 from .figures import _figure_to_image, _pyplot, _wrap
 from .text import PARTIAL_ROUGE, RULE
 
@@ -204,13 +203,3 @@ def results_body(point: dict, examples: dict) -> list[str]:
 
 def plots_html(plots: dict) -> str:
     return _html_images([(caption, img) for caption, img in plots.values()])
-
-
-def css() -> str:
-    return _CSS + CSS
-
-
-def save(out: Path, document: str) -> Path:
-    path = out / "report.html"
-    path.write_text(document, encoding="utf-8")
-    return path
