@@ -132,6 +132,16 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
                   "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
                   "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"]}
         result["what_to_change"] = report.what_to_change(result)
+        if is_text:  # a low verdict where the exact attacks could not decide is no protection
+            undecided = [p["value"] for p in points if p["threat_models"]["honest-but-curious"].get("condition_failed")
+                         and p["threat_models"]["honest-but-curious"]["verdict"] != "high"]
+            if undecided:
+                where = (f" at {sweep.label(plans[0].defense)} = {', '.join(f'{v:g}' for v in undecided)}"
+                         if sweep else "")
+                result["what_to_change"].append(
+                    f"Caution{where}: the exact text attacks' condition failed (more tokens in the step than the "
+                    f"span limit: layer width or LoRA rank), so they could not decide; a lower verdict there is "
+                    f"no evidence that the text is protected.")
         _write(out, result, examples)
     finally:
         if show is not None and hasattr(show, "close"):

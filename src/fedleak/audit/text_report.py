@@ -132,8 +132,9 @@ def rouge_distribution(series: dict):
     return _figure_to_image(fig)
 
 
-def leakage_curve(knob_label: str, values: list, exact: dict, rouge: dict):
-    """Exact sequences (%) per threat model (top) and mean ROUGE-1 per attack (bottom) against the knob."""
+def leakage_curve(knob_label: str, values: list, exact: dict, rouge: dict, failed=None):
+    """Exact sequences (%) per threat model (top) and mean ROUGE-1 per attack (bottom) against the knob;
+    settings where an exact attack's condition failed (tokens beyond the span limit) are shaded grey."""
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 5.6), sharex=True)
     x = list(range(len(values)))
@@ -152,6 +153,13 @@ def leakage_curve(knob_label: str, values: list, exact: dict, rouge: dict):
     bottom.set_xticks(x)
     bottom.set_xticklabels([f"{v:g}" for v in values])
     bottom.set_xlabel(knob_label)
+    for axis in (top, bottom):
+        for i, bad in enumerate(failed or []):
+            if bad:
+                axis.axvspan(i - 0.4, i + 0.4, color="#59636e", alpha=0.12, linewidth=0)
+    if failed and any(failed):
+        top.text(0.99, 0.02, "grey: exactness condition fails (tokens > span limit)", transform=top.transAxes,
+                 ha="right", va="bottom", fontsize=7, color="#59636e")
     top.set_title(f"Text leakage vs {knob_label}", fontsize=10)
     return _figure_to_image(fig)
 
@@ -177,8 +185,11 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
                 rouge[f"{key}: {title}"] = [
                     (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][t]).get("rouge1")
                     for p in result["points"]]
-        plots["leakage-curve"] = (f"Text leakage vs {sweep['label']}", leakage_curve(sweep["label"], values, exact,
-                                                                                   rouge))
+        failed = [any(isinstance(a.get("exactness"), dict) and a["exactness"].get("holds") is False
+                      for key, sc in p["scenarios"].items() if key != "malicious" for a in sc["attacks"].values())
+                  for p in result["points"]]
+        plots["leakage-curve"] = (f"Text leakage vs {sweep['label']}",
+                                  leakage_curve(sweep["label"], values, exact, rouge, failed))
     return plots
 
 
