@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -74,7 +75,25 @@ def groups():
     }
 
 
-def run(group, cases, skip_over=None):
+CASE_TIMEOUT = int(os.environ.get("BENCH_CASE_TIMEOUT", "900"))
+
+
+def run_one(group, key):
+    """One case in a child process (a timeout ends it and is recorded, the sweep goes on)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--case", group, key], capture_output=True, text=True,
+                              timeout=CASE_TIMEOUT, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {CASE_TIMEOUT} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def run(group, cases):
     path = OUT / f"text_{group}.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
     doc.update({"threads": torch.get_num_threads(), "device": "cpu", "machine": platform.processor() or platform.machine(),
@@ -83,10 +102,7 @@ def run(group, cases, skip_over=None):
     for key, kwargs in cases:
         if key in results:
             continue
-        try:
-            results[key] = case(**kwargs)
-        except Exception as exc:  # recorded, never hidden
-            results[key] = {"error": f"{type(exc).__name__}: {exc}"}
+        results[key] = run_one(group, key)
         results[key]["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         print(group, key, {k: results[key].get(k) for k in ("rouge1", "exact_sequences", "seconds", "certain")},
               flush=True)
@@ -98,7 +114,14 @@ def run(group, cases, skip_over=None):
 if __name__ == "__main__":
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    chosen = sys.argv[1:] or list(groups())
     all_groups = groups()
-    for name in chosen:
+    if sys.argv[1:2] == ["--case"]:
+        kwargs = dict(all_groups[sys.argv[2]])[sys.argv[3]]
+        try:
+            result = case(**kwargs)
+        except Exception as exc:  # recorded, never hidden
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        print("RESULT " + json.dumps(result))
+        sys.exit(0)
+    for name in sys.argv[1:] or list(all_groups):
         run(name, all_groups[name])
