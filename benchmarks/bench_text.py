@@ -43,12 +43,12 @@ def case(model_name, n, length, attack="dager", lora=None, protocol=None, noise=
         else:
             update.client_params = {k: v + protocol.lr * noise * torch.randn(v.shape, generator=g)
                                     for k, v in update.client_params.items()}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     rec = build(attack, **(options or {})).reconstruct(update, model, spec)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     m = metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)
     return {"model": model_name, "batch": n, "length": length, "attack": attack, "lora": lora, "noise": noise,
-            "protocol": protocol.to_json(), "seconds": round(seconds, 2),
+            "protocol": protocol.to_json(), "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
             **{k: m.get(k) for k in ("rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy")},
             "exactness": rec.extras.get("exactness"), "certain": rec.extras.get("certain"),
             "returned": int(rec.inputs.shape[0]), "load_average": [round(x, 2) for x in os.getloadavg()]}
