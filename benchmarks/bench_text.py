@@ -70,6 +70,10 @@ def groups():
                    for s in (1, 5, 10) for lr in (1e-4, 1e-2) for a in ("dager",)],
         "dp": [(f"{m}-{n}x{L}-noise{s}-{a}", dict(model_name=m, n=n, length=L, attack=a, noise=s))
                for m, n, L in (("gpt2-tiny", 2, 16), ("minilm", 2, 16)) for s in (0.01, 0.1) for a in ("dager", "tiger")],
+        # the levels where the span signal meets the noise (gradient RMS: gpt2-tiny 4e-3, minilm 3e-5)
+        "dp_low": [(f"{m}-{n}x{L}-noise{s}-{a}", dict(model_name=m, n=n, length=L, attack=a, noise=s))
+                   for m, n, L, levels in (("gpt2-tiny", 2, 16, (1e-4, 1e-3)), ("minilm", 2, 16, (1e-6, 1e-5)))
+                   for s in levels for a in ("dager", "tiger")],
         "tag": [(f"{m}-2x16-{a}", dict(model_name=m, n=2, length=16, attack=a))
                 for m in ("gpt2-tiny", "minilm") for a in ("tag",)],
     }
