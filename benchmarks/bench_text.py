@@ -24,15 +24,18 @@ import torch
 from fedleak import data, metrics, models
 from fedleak.attacks import build
 from fedleak.fl.client import client_update
-from fedleak.types import Protocol
+from fedleak.types import ClientData, Protocol
 
 OUT = Path(__file__).parent / "results"
 BATCHES, LENGTHS = (1, 4, 16, 64), (16, 32, 64)
 
 
-def case(model_name, n, length, attack="dager", lora=None, protocol=None, noise=0.0, options=None):
+def case(model_name, n, length, attack="dager", lora=None, protocol=None, noise=0.0, options=None,
+         hidden_final=False):
     task = "classification" if model_name == "minilm" else "causal-lm"
     spec, clients = data.load("text", num_clients=1, samples_per_client=n, seq_len=length, task=task)
+    if hidden_final:  # no target after the window (HF's labels=input_ids): the final token has no attention gradient
+        clients = [ClientData(c.inputs, torch.full_like(c.labels, -100), c.client_id) for c in clients]
     model = models.build(model_name, spec, seed=0, lora=lora)
     protocol = protocol or Protocol("fedsgd", lr=0.01)
     update = client_update(model, clients[0], protocol)
@@ -74,6 +77,9 @@ def groups():
         "dp_low": [(f"{m}-{n}x{L}-noise{s}-{a}", dict(model_name=m, n=n, length=L, attack=a, noise=s))
                    for m, n, L, levels in (("gpt2-tiny", 2, 16, (1e-4, 1e-3)), ("minilm", 2, 16, (1e-6, 1e-5)))
                    for s in levels for a in ("dager", "tiger")],
+        "final": [(f"gpt2-tiny-{n}x16-hidden-final", dict(model_name="gpt2-tiny", n=n, length=16, hidden_final=True))
+                  for n in (1, 4)] + [("gpt2-small-16x32-hidden-final",
+                                      dict(model_name="gpt2-small", n=16, length=32, hidden_final=True))],
         "tag": [(f"{m}-2x16-{a}", dict(model_name=m, n=2, length=16, attack=a))
                 for m in ("gpt2-tiny", "minilm") for a in ("tag",)],
     }
