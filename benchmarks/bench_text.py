@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -23,15 +24,18 @@ import torch
 from fedleak import data, metrics, models
 from fedleak.attacks import build
 from fedleak.fl.client import client_update
-from fedleak.types import Protocol
+from fedleak.types import ClientData, Protocol
 
 OUT = Path(__file__).parent / "results"
 BATCHES, LENGTHS = (1, 4, 16, 64), (16, 32, 64)
 
 
-def case(model_name, n, length, attack="dager", lora=None, protocol=None, noise=0.0, options=None):
+def case(model_name, n, length, attack="dager", lora=None, protocol=None, noise=0.0, options=None,
+         hidden_final=False):
     task = "classification" if model_name == "minilm" else "causal-lm"
     spec, clients = data.load("text", num_clients=1, samples_per_client=n, seq_len=length, task=task)
+    if hidden_final:  # no target after the window (HF's labels=input_ids): the final token has no attention gradient
+        clients = [ClientData(c.inputs, torch.full_like(c.labels, -100), c.client_id) for c in clients]
     model = models.build(model_name, spec, seed=0, lora=lora)
     protocol = protocol or Protocol("fedsgd", lr=0.01)
     update = client_update(model, clients[0], protocol)
@@ -42,12 +46,12 @@ def case(model_name, n, length, attack="dager", lora=None, protocol=None, noise=
         else:
             update.client_params = {k: v + protocol.lr * noise * torch.randn(v.shape, generator=g)
                                     for k, v in update.client_params.items()}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     rec = build(attack, **(options or {})).reconstruct(update, model, spec)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     m = metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)
     return {"model": model_name, "batch": n, "length": length, "attack": attack, "lora": lora, "noise": noise,
-            "protocol": protocol.to_json(), "seconds": round(seconds, 2),
+            "protocol": protocol.to_json(), "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
             **{k: m.get(k) for k in ("rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy")},
             "exactness": rec.extras.get("exactness"), "certain": rec.extras.get("certain"),
             "returned": int(rec.inputs.shape[0]), "load_average": [round(x, 2) for x in os.getloadavg()]}
@@ -69,12 +73,37 @@ def groups():
                    for s in (1, 5, 10) for lr in (1e-4, 1e-2) for a in ("dager",)],
         "dp": [(f"{m}-{n}x{L}-noise{s}-{a}", dict(model_name=m, n=n, length=L, attack=a, noise=s))
                for m, n, L in (("gpt2-tiny", 2, 16), ("minilm", 2, 16)) for s in (0.01, 0.1) for a in ("dager", "tiger")],
+        # the levels where the span signal meets the noise (gradient RMS: gpt2-tiny 4e-3, minilm 3e-5)
+        "dp_low": [(f"{m}-{n}x{L}-noise{s}-{a}", dict(model_name=m, n=n, length=L, attack=a, noise=s))
+                   for m, n, L, levels in (("gpt2-tiny", 2, 16, (1e-4, 1e-3)), ("minilm", 2, 16, (1e-6, 1e-5)))
+                   for s in levels for a in ("dager", "tiger")],
+        "final": [(f"gpt2-tiny-{n}x16-hidden-final", dict(model_name="gpt2-tiny", n=n, length=16, hidden_final=True))
+                  for n in (1, 4)] + [("gpt2-small-16x32-hidden-final",
+                                      dict(model_name="gpt2-small", n=16, length=32, hidden_final=True))],
         "tag": [(f"{m}-2x16-{a}", dict(model_name=m, n=2, length=16, attack=a))
                 for m in ("gpt2-tiny", "minilm") for a in ("tag",)],
     }
 
 
-def run(group, cases, skip_over=None):
+CASE_TIMEOUT = int(os.environ.get("BENCH_CASE_TIMEOUT", "900"))
+
+
+def run_one(group, key):
+    """One case in a child process (a timeout ends it and is recorded, the sweep goes on)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--case", group, key], capture_output=True, text=True,
+                              timeout=CASE_TIMEOUT, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {CASE_TIMEOUT} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def run(group, cases):
     path = OUT / f"text_{group}.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
     doc.update({"threads": torch.get_num_threads(), "device": "cpu", "machine": platform.processor() or platform.machine(),
@@ -83,10 +112,7 @@ def run(group, cases, skip_over=None):
     for key, kwargs in cases:
         if key in results:
             continue
-        try:
-            results[key] = case(**kwargs)
-        except Exception as exc:  # recorded, never hidden
-            results[key] = {"error": f"{type(exc).__name__}: {exc}"}
+        results[key] = run_one(group, key)
         results[key]["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         print(group, key, {k: results[key].get(k) for k in ("rouge1", "exact_sequences", "seconds", "certain")},
               flush=True)
@@ -98,7 +124,14 @@ def run(group, cases, skip_over=None):
 if __name__ == "__main__":
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    chosen = sys.argv[1:] or list(groups())
     all_groups = groups()
-    for name in chosen:
+    if sys.argv[1:2] == ["--case"]:
+        kwargs = dict(all_groups[sys.argv[2]])[sys.argv[3]]
+        try:
+            result = case(**kwargs)
+        except Exception as exc:  # recorded, never hidden
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        print("RESULT " + json.dumps(result))
+        sys.exit(0)
+    for name in sys.argv[1:] or list(all_groups):
         run(name, all_groups[name])

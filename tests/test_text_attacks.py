@@ -78,8 +78,8 @@ def test_dager_lora_and_its_rank_limit(lm):
 
 def test_dager_and_tiger_on_pretrained_minilm(cls):
     spec, client, model = cls
-    for name in ("dager", "tiger"):
-        rec, m = _attack(name, spec, client, model)
+    for name, options in (("dager", {}), ("tiger", {"steps": 60})):
+        rec, m = _attack(name, spec, client, model, **options)
         assert m["rouge1"] >= 0.9 and m["exact_sequences"] == 1.0, name
         assert rec.extras["certain"] is True
 
@@ -96,3 +96,24 @@ def test_bad_option_is_one_line():
     assert "\n" not in str(err.value) and "sweeps" in str(err.value)
     with pytest.raises(FedleakError, match="bogus"):
         build("tiger", bogus=1)
+
+
+def test_dager_sequence_classification_on_a_decoder():
+    """The reference returns nothing here: the last block's attention gradient is rank-deficient (only the
+    read-out token queries); block 0's MLP is the second span instead."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from fedleak.attacks.text.common import simulate
+    from fedleak.types import DataSpec, Update
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=30522, n_positions=32, resid_pdrop=0,
+                     embd_pdrop=0, attn_pdrop=0, num_labels=2, pad_token_id=0)
+    model = GPT2ForSequenceClassification(cfg).eval()
+    ids = torch.randint(1000, 30000, (3, 8))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    zero = Update(params, Protocol("fedsgd", lr=0.01), 3, gradient={k: torch.zeros_like(v) for k, v in params.items()})
+    update = Update(params, zero.protocol, 3, gradient=simulate(model, zero, ids, torch.tensor([0, 1, 1])))
+    rec = build("dager").reconstruct(update, model, DataSpec("t", (1, 1, 8), 2, (0.0,), (1.0,)))
+    assert sorted(map(tuple, rec.inputs.tolist())) == sorted(map(tuple, ids.tolist()))
+    assert rec.extras["certain"] and rec.extras["second"]["modules"] == ["transformer.h.0.mlp.c_fc"]
