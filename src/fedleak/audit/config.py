@@ -32,12 +32,13 @@ KNOBS = {
     "samples": (int, "samples per client N"),
     "defense": (float, "strength of the defense: DP-SGD σ, Gaussian σ, Laplacian b, pruning p (0 = off)"),
     "secagg": (int, "clients K summed by secure aggregation (1 = off)"),
+    "lora": (int, "LoRA rank R of a language model's adapters (--data text)"),
 }
 #: the largest value of each sweep knob (beyond it later arithmetic overflows or memory runs out)
 SWEEP_MAX = {"epochs": 10_000, "batch_size": 1_000_000, "lr": 1e6, "samples": 1_000_000, "defense": 1e6,
-             "secagg": 100_000}
+             "secagg": 100_000, "lora": 4096}
 SHORT_LABELS = {"epochs": "local epochs E", "batch_size": "local batch size m", "lr": "client learning rate η",
-                "samples": "samples per client N", "secagg": "clients per secure aggregate K"}
+                "samples": "samples per client N", "secagg": "clients per secure aggregate K", "lora": "LoRA rank R"}
 DEFENSE_LABELS = {"dp-sgd": "DP-SGD noise multiplier σ", "gaussian": "Gaussian noise σ", "laplacian": "Laplacian noise b",
                   "pruning": "pruning probability p"}
 
@@ -117,6 +118,7 @@ class Plan:
     rounds: int
     sample_rate: Optional[float]
     delta: float
+    lora: Optional[int] = None  # LoRA rank of a language model at this setting (None: full fine-tuning)
 
     @property
     def dp(self) -> bool:
@@ -151,6 +153,12 @@ class AuditConfig:
     quick: bool = False
     seed: int = 0
     device: str = "cpu"
+    # text audits (--data text): sequence length, LoRA rank and warm-up steps, .jsonl field names
+    seq_len: Optional[int] = None
+    lora: Optional[int] = None
+    lora_warmup: int = 0
+    text_field: str = "text"
+    label_field: str = "label"
     extra: dict = field(default_factory=dict, repr=False)
 
     #: bounds of numeric keys (``fedleak.config.boundary``); a new key needs only its field above
@@ -162,6 +170,7 @@ class AuditConfig:
         "lr": {"gt": 0, "le": 1e6}, "rounds": {"ge": 1, "le": 10_000_000},
         "sample_rate": {"gt": 0, "le": 1}, "delta": {"gt": 0, "lt": 1},
         "bins": {"ge": 1, "le": 100_000}, "iterations": {"ge": 1, "le": 10_000_000},
+        "seq_len": {"ge": 2, "le": 65_536}, "lora": {"ge": 1, "le": 4096}, "lora_warmup": {"ge": 0, "le": 1_000_000},
     }
 
     def __post_init__(self) -> None:
@@ -263,7 +272,13 @@ class AuditConfig:
                 check_privacy(defense.scale or 1.0, _number("sample_rate", sample_rate), _number("delta", delta))
             else:
                 check_privacy(defense.scale or 1.0, 1.0, _number("delta", delta))
-        return Plan(tuple(scenarios), defense, secagg, rounds, sample_rate, float(delta))
+        lora = at.get("lora", self.lora)
+        if lora is not None:
+            lora = _integer("lora", lora, 1)
+        _integer("lora_warmup", self.lora_warmup, 0)
+        if self.seq_len is not None:
+            _integer("seq_len", self.seq_len, 2)
+        return Plan(tuple(scenarios), defense, secagg, rounds, sample_rate, float(delta), lora)
 
 
 def _integer(name: str, value, minimum: int) -> int:

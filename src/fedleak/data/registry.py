@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..errors import FedleakError, unknown_choice
 from ..types import ClientData, DataSpec
-from . import cifar, embedded, imagefolder, leaf, mnist
+from . import cifar, embedded, imagefolder, leaf, mnist, tokenized
 
 DATASETS = {
     "digits": "scikit-learn's 8x8 digits rendered FEMNIST-style (28x28, white background); embedded, no files",
@@ -19,6 +19,8 @@ DATASETS = {
     "mnist": "MNIST IDX files (train-/t10k- images-idx3 / labels-idx1, plain or .gz)",
     "fashion-mnist": "Fashion-MNIST IDX files (same layout as MNIST)",
     "imagefolder": "root/<class_name>/*.png|jpg|jpeg|bmp, resized to image_size",
+    "text": "token sequences for language models: root = a .txt/.jsonl file or a folder of them (default: an "
+            "embedded corpus of English prose); options tokenizer, seq_len, task, text_field, label_field",
 }
 
 _ALIASES = {"default": "digits", "cifar-10": "cifar10", "cifar-100": "cifar100", "fashion_mnist": "fashion-mnist",
@@ -53,6 +55,8 @@ def spec_for(name: str, root=None, split: str = "train", **options) -> DataSpec:
         return embedded.digits_spec()
     if key == "photos":
         return embedded.photos_spec()
+    if key == "text":  # the vocabulary and the labels come from the tokenizer and the files
+        return tokenized.load(root, 1, None, 0, split, **options)[0]
     if root is None:
         raise FedleakError(f"the spec of dataset 'imagefolder' depends on its files: pass root=<path> "
                            f"({imagefolder.EXPECTED})")
@@ -95,4 +99,6 @@ def load(name: str, root=None, num_clients: int = 10, samples_per_client: Option
         return mnist.load(key, root, num_clients, samples_per_client, seed, split, **options)
     if key == "imagefolder":
         return imagefolder.load(root, num_clients, samples_per_client, seed, split, **options)
+    if key == "text":
+        return tokenized.load(root, num_clients, samples_per_client, seed, split, **options)
     return embedded.load(key, root, num_clients, samples_per_client, seed, split, **options)

@@ -142,7 +142,8 @@ class TextData:
 
 def text_spec(seq_len: int, vocab_size: int, source: str = "all") -> DataSpec:
     """The :class:`DataSpec` of token sequences: shape (1, 1, seq_len), one class per token."""
-    return DataSpec(f"text-{source}", (1, 1, int(seq_len)), int(vocab_size), (0.0,), (1.0,))
+    return DataSpec(f"text-{source}", (1, 1, int(seq_len)), int(vocab_size), (0.0,), (1.0,), modality="text",
+                    vocab_size=int(vocab_size))
 
 
 def load(num_clients: int = 1, samples_per_client: int = 128, seed: int = 0, *, seq_len: int = 32,

@@ -104,6 +104,15 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, labels)
 
 
+def model_loss(model: nn.Module) -> Callable:
+    """The loss a client trains ``model`` with: its ``loss_fn(output, labels)`` if it has one
+    (the Hugging Face wrappers of :mod:`fedleak.models.hf`), else :func:`cross_entropy`."""
+    own = getattr(model, "loss_fn", None)
+    if not callable(own):  # a wrapper around such a model (a malicious server's imprinted model: .base)
+        own = getattr(getattr(model, "base", None), "loss_fn", None)
+    return own if callable(own) else cross_entropy
+
+
 @contextmanager
 def _mode(model: nn.Module, train: bool):
     previous = model.training
@@ -130,7 +139,7 @@ def local_training(
     create_graph: bool = False,
     defense: Optional[Defense] = None,
     generator: Optional[torch.Generator] = None,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy,
+    loss_fn: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
     keep_steps: bool = False,
     train_mode: bool = True,
     checkpoint_every: int = 0,
@@ -155,6 +164,8 @@ def local_training(
     returned tensors support one backward pass (what an attack does), not higher-order ones.
     """
     defense = defense if defense is not None else Defense()
+    if loss_fn is None:  # the model's own loss (a text model's next-token loss), else cross-entropy
+        loss_fn = model_loss(model)
     if checkpoint_every < 0 or int(checkpoint_every) != checkpoint_every:
         raise FedleakError(f"checkpoint_every must be a non-negative integer, got {checkpoint_every!r}")
     if buffers and train_mode and not private_buffers:
@@ -267,9 +278,20 @@ def _defended_batch_gradient(model, current, buffers, x, y, loss_fn, defense, ge
         logits = functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),))
         return loss_fn(logits, yi.unsqueeze(0))
 
-    per_example = vmap(grad(single_loss), in_dims=(None, 0, 0))(detached, x, y)
+    try:
+        per_example = vmap(grad(single_loss), in_dims=(None, 0, 0))(detached, x, y)
+    except RuntimeError as exc:  # data-dependent control flow (e.g. BERT's attention-mask checks)
+        if "vmap" not in str(exc):
+            raise
+        per_example = _per_example_loop(single_loss, detached, x, y)
     per_example = defense.apply(per_example, generator)
     return {k: g.mean(0) for k, g in per_example.items()}
+
+
+def _per_example_loop(single_loss, params: Params, x, y) -> Params:
+    """Per-example gradients one example at a time (the same values as vmap, for models vmap cannot trace)."""
+    rows = [grad(single_loss)(params, x[i], y[i]) for i in range(x.shape[0])]
+    return {k: torch.stack([r[k] for r in rows]) for k in params}
 
 
 def client_update(
@@ -296,7 +318,8 @@ def client_update(
     buffers = buffers if buffers is not None else buffers_of(model)
     check_finite(server, "model parameters")
     first = next(iter(server.values()))
-    inputs = data.inputs.to(device=first.device, dtype=first.dtype)
+    # integer inputs (token ids of a text client) keep their dtype; floating inputs take the model's
+    inputs = data.inputs.to(device=first.device, dtype=first.dtype if data.inputs.is_floating_point() else None)
     if not bool(torch.isfinite(inputs).all()):
         raise FedleakError(f"client {data.client_id} has NaN or inf inputs")
     if data.labels.dtype.is_floating_point:

@@ -20,6 +20,7 @@ from .evaluate import DEFAULT_THRESHOLDS, default_threshold, evaluate
 from .labels import label_accuracy, label_count_error, label_counts
 from .matching import identity_assignment, iip, match_by_psnr, rec_percent
 from .perceptual import LPIPS, LPIPS_WEIGHT_SHAPES, convert_lpips_weights, load_lpips, lpips
+from .text import ROUGE_TYPES, evaluate_text, text_scores
 from .pixel import PSNR_CAP, gaussian_window, mse, psnr, psnr_matrix, ssim
 
 __all__ = [
@@ -27,5 +28,6 @@ __all__ = [
     "mse", "psnr", "ssim", "psnr_matrix", "gaussian_window",
     "match_by_psnr", "identity_assignment", "rec_percent", "iip",
     "label_count_error", "label_accuracy", "label_counts",
+    "text_scores", "evaluate_text", "ROUGE_TYPES",
     "lpips", "load_lpips", "convert_lpips_weights", "LPIPS", "LPIPS_WEIGHT_SHAPES",
 ]

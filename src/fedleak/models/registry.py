@@ -65,8 +65,26 @@ def _option_defaults(factory: Factory) -> Optional[dict[str, Any]]:
 
 def _factory(name: str) -> Factory:
     if name not in _FACTORIES:
+        folder = _folder_factory(name)
+        if folder is not None:
+            return folder
         raise unknown_choice("model", name, MODELS)
     return _FACTORIES[name]
+
+
+def is_model_folder(name) -> bool:
+    """Whether ``name`` names a local folder (a Hugging Face model folder for :mod:`fedleak.models.hf`)."""
+    import os
+
+    return isinstance(name, str) and name not in _FACTORIES and os.path.isdir(name)
+
+
+def _folder_factory(name) -> Optional[Factory]:
+    if not is_model_folder(name):
+        return None
+    from .hf import folder_factory
+
+    return folder_factory(name)
 
 
 def model_options(name: str) -> dict[str, Any]:

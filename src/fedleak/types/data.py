@@ -11,6 +11,8 @@ import torch
 from ..errors import FedleakError
 from .limits import MAX_CLASSES, MAX_INPUT_NUMEL, MAX_SIDE, _is_int, _numbers
 
+MODALITIES = ("image", "text")
+
 
 @dataclass(frozen=True)
 class DataSpec:
@@ -28,6 +30,14 @@ class DataSpec:
     std: tuple[float, ...]
     pixel_range: tuple[float, float] = (0.0, 1.0)
     class_names: Optional[tuple[str, ...]] = None
+    #: ``"image"`` or ``"text"``. Text specs have shape (1, 1, L) (L tokens), mean (0.0,), std (1.0,);
+    #: inputs are token ids; ``num_classes`` is the number of labels of a classifier or the
+    #: vocabulary size of a causal LM.
+    modality: str = "image"
+    #: The tokenizer's vocabulary size (text only; ``None`` for images).
+    vocab_size: Optional[int] = None
+    #: The padding token id of a text spec (positions holding it are not scored), else ``None``.
+    pad_id: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -57,6 +67,15 @@ class DataSpec:
         if names is not None and (isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple))
                                   or not all(isinstance(n, str) for n in names)):
             raise FedleakError(f"DataSpec.class_names must be a list of strings or null, got {names!r}")
+        if self.modality not in MODALITIES:
+            raise FedleakError(f"DataSpec.modality must be one of {', '.join(MODALITIES)}, got {self.modality!r}")
+        if self.vocab_size is not None and (not _is_int(self.vocab_size) or not 1 <= self.vocab_size <= MAX_CLASSES):
+            raise FedleakError(f"DataSpec.vocab_size must be an integer from 1 to {MAX_CLASSES} or null, "
+                               f"got {self.vocab_size!r}")
+        if self.pad_id is not None and (not _is_int(self.pad_id) or self.pad_id < 0):
+            raise FedleakError(f"DataSpec.pad_id must be a non-negative integer or null, got {self.pad_id!r}")
+        if self.modality == "text" and (shape[0] != 1 or shape[1] != 1):
+            raise FedleakError(f"a text DataSpec has shape (1, 1, seq_len), got {tuple(shape)}")
         # frozen: store the checked values as tuples (hashable, equal whether built from lists or tuples)
         object.__setattr__(self, "shape", tuple(int(v) for v in shape))
         object.__setattr__(self, "num_classes", int(self.num_classes))
@@ -65,6 +84,17 @@ class DataSpec:
         object.__setattr__(self, "pixel_range", pixel_range)
         if names is not None:
             object.__setattr__(self, "class_names", tuple(names))
+        if self.vocab_size is not None:
+            object.__setattr__(self, "vocab_size", int(self.vocab_size))
+
+    @property
+    def is_text(self) -> bool:
+        return self.modality == "text"
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per sequence of a text spec (its last shape entry)."""
+        return self.shape[-1]
 
     def _stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         shape = (1,) * (like.dim() - 3) + (-1, 1, 1)
@@ -106,7 +136,12 @@ class DataSpec:
 
 @dataclass
 class ClientData:
-    """One client's private samples: normalized ``inputs`` (N, C, H, W) and ``labels`` (N,)."""
+    """One client's private samples: normalized ``inputs`` (N, C, H, W) and ``labels`` (N,).
+
+    Text clients hold token ids (N, L) in ``inputs`` (int64, or floats holding integers as the toy
+    corpus of :mod:`fedleak.data.text` does); ``labels`` (N,) int64 are class labels for a
+    classifier, the token following each sequence for a causal LM (−100 where the text ends).
+    """
 
     inputs: torch.Tensor
     labels: torch.Tensor
@@ -127,7 +162,9 @@ class ClientData:
         return int(self.inputs.shape[0])
 
     def to(self, device=None, dtype=None) -> "ClientData":
-        inputs = self.inputs.to(device=device, dtype=dtype) if dtype else self.inputs.to(device)
+        # token ids (integer inputs of a text client) keep their integer dtype
+        cast = dtype and self.inputs.is_floating_point()
+        inputs = self.inputs.to(device=device, dtype=dtype) if cast else self.inputs.to(device)
         return ClientData(inputs, self.labels.to(device), self.client_id)
 
     def subset(self, n: int) -> "ClientData":

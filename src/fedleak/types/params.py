@@ -69,8 +69,12 @@ def weight_and_bias(layer: Layer) -> tuple[str, str | None]:
 
 
 def params_of(model: nn.Module, detach: bool = True) -> Params:
-    """``named_parameters()`` as a dict (detached clones by default)."""
-    return {k: (v.detach().clone() if detach else v) for k, v in model.named_parameters()}
+    """The trainable (``requires_grad``) ``named_parameters()`` as a dict (detached clones by default).
+
+    Frozen parameters (the base weights under LoRA adapters) are not part of an update; a
+    functional call takes them from the module itself.
+    """
+    return {k: (v.detach().clone() if detach else v) for k, v in model.named_parameters() if v.requires_grad}
 
 
 def buffers_of(model: nn.Module) -> Params:
@@ -85,7 +89,7 @@ def check_finite(tensors: Params, what: str) -> None:
 
 def check_update(update: Update, model: nn.Module) -> None:
     """The update must belong to this model: same names, same shapes, finite values."""
-    expected = {k: tuple(v.shape) for k, v in model.named_parameters()}
+    expected = {k: tuple(v.shape) for k, v in model.named_parameters() if v.requires_grad}
     got = {k: tuple(v.shape) for k, v in update.server_params.items()}
     if set(expected) != set(got):
         missing = sorted(set(expected) - set(got))[:5]

@@ -1,0 +1,113 @@
+"""What the text attacks share: the update's θ points, the client simulation, exactness and the result.
+
+* :func:`param_points` — θˢ for FedSGD; for FedAvg θˢ + α(θᶜ − θˢ) at α = k/s (k < s, at most
+  ``points``): the pseudo-gradient of s local steps is Σₜ Xₜᵀ Gₜ with Xₜ the inputs at the weights of
+  step t, so a candidate is tested against the span at the interpolated weights of each step and
+  its smallest distance counts (DAGER tests at θˢ only, which fails once embeddings and LayerNorms
+  move: 10 steps at lr 1e-2).
+* :func:`simulate` — the client's update for given token ids through the one client update
+  (:func:`fedleak.fl.local_training`, the wrapper's own loss), as the server would recompute it.
+* :func:`exactness` — the precondition of exact span recovery, stated, never silently assumed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...types import Reconstruction, Update
+from .probes import base_of, hf_of, run_model
+
+
+def task_of(model: nn.Module) -> str:
+    task = getattr(model, "task", None)
+    if task in ("causal-lm", "classification"):
+        return task
+    name = type(base_of(model)).__name__
+    return "causal-lm" if name.endswith(("LMHeadModel", "ForCausalLM")) else "classification"
+
+
+def vocab_size(model: nn.Module) -> int:
+    return int(base_of(model).config.vocab_size)
+
+
+def param_points(update: Update, points: int) -> list[dict]:
+    start = update.server_params
+    if update.is_fedsgd:
+        return [start]
+    steps = max(1, update.num_steps)
+    alphas = sorted({round(k * (steps - 1) / max(1, points - 1)) / steps for k in range(min(points, steps))})
+    delta = update.delta()
+    return [{k: v + a * delta[k] for k, v in start.items()} for a in alphas]
+
+
+def labels_for(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    if labels is not None:
+        return labels
+    if task_of(model) == "causal-lm":  # no target after the sequence (the final token predicts nothing)
+        return torch.full((ids.shape[0],), -100, dtype=torch.long)
+    return torch.zeros(ids.shape[0], dtype=torch.long)
+
+
+def simulate(model: nn.Module, update: Update, ids: torch.Tensor, labels: torch.Tensor | None = None) -> dict:
+    """The pseudo-gradient (θˢ − θᶜ)/η the client would send for ``ids`` (FedSGD: the gradient)."""
+    from ...fl.client import local_training, sequential_schedule
+
+    labels = labels_for(model, ids, labels)
+    params = {k: v.detach() for k, v in update.server_params.items()}
+    if hasattr(model, "loss_fn"):
+        schedule = sequential_schedule(ids.shape[0], update.protocol)
+        result = local_training(model, params, ids, labels, schedule, update.protocol.lr, loss_fn=model.loss_fn,
+                                train_mode=False)
+        return result.grad_sum
+    # a bare transformers model (unit tests of the linear algebra): its own loss, one step
+    live = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    hf = hf_of(model)
+    target = ids if task_of(model) == "causal-lm" else labels  # (HF shifts; the final token has no target)
+    loss = torch.func.functional_call(hf, live, (ids,), {"labels": target}, strict=False).loss
+    grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
+    return {k: (g if g is not None else torch.zeros_like(v)) for (k, v), g in zip(live.items(), grads)}
+
+
+def exactness(tokens: int, limit: int, first, second, reason_extra: str = "") -> dict:
+    """The exactness condition of span recovery (distinct tokens ≤ layer width / LoRA rank)."""
+    holds = first.proper and second.proper and tokens <= limit
+    if holds:
+        reason = (f"{tokens} token inputs in the step fit the first span's width {limit}; gaps found at rank "
+                  f"{first.rank} (first) and {second.rank} (second)")
+    elif tokens > limit and not (first.proper and second.proper):
+        reason = (f"{tokens} token inputs exceed the span limit {limit} (layer width or LoRA rank): the gradient "
+                  "has full rank, every candidate lies in its span, no span test can separate tokens")
+    elif not first.proper or not second.proper:
+        reason = (f"no gap in the singular values below the width (first rank {first.rank} of {first.width}, "
+                  f"second {second.rank} of {second.width}): the span is not a proper subspace (noise or too many "
+                  "tokens)")
+    else:
+        reason = (f"{tokens} token inputs may exceed the span limit {limit}; the spans are proper (repeated tokens), "
+                  "so the recovery is tried but not certain")
+    return {"holds": bool(holds), "tokens": int(tokens), "limit": int(limit),
+            "reason": reason + reason_extra}
+
+
+def text_result(ids: torch.Tensor, model: nn.Module, extras: dict) -> Reconstruction:
+    """A text Reconstruction: ids (M, L) long, decoded strings when the model has a tokenizer."""
+    ids = ids.long()
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None:
+        extras["text"] = [tokenizer.decode(row.tolist()) for row in ids]
+    return Reconstruction(ids, None, None, extras)
+
+
+def first_inputs_fn(model: nn.Module, points: list[dict], module: nn.Module):
+    """ids (B, T) -> the first probe's inputs at each θ point, stacked (K, B, T, d)."""
+    from .probes import capture
+
+    def run(ids):
+        return torch.stack([capture(model, p, ids, module) for p in points])
+
+    return run
+
+
+def forward_logits(model: nn.Module, params: dict, ids: torch.Tensor) -> torch.Tensor:
+    out = run_model(model, params, ids)
+    return getattr(out, "logits", out)

@@ -1,0 +1,159 @@
+"""``dager``: exact text recovery from the spans of transformer weight gradients (Petrov et al., NeurIPS 2024).
+
+Algorithm (DAGER §4): (1) span of the first attention projections' gradient → per position the
+tokens whose first-layer input lies in it (:func:`~.search.token_candidates`); (2) sequences grown
+through the span of the next linear layer — greedy left to right for decoders (DAGER Alg. 1), a
+pruned coordinate search instead of DAGER's exhaustive maxBᴸ enumeration for encoders; (3) for a
+causal LM, the final token of each sequence (zero gradient in every attention weight) from the
+output-embedding gradient (:mod:`.final_token`). Beyond the reference: ranks and thresholds chosen
+at the largest gap of the data (:mod:`.spans`), FedAvg tested at interpolated weights
+(:func:`~.common.param_points`), LoRA through the adapters (:mod:`.probes`), block 0's MLP as the
+second span (valid under a sequence-classification loss), and the exactness condition reported in
+``extras["exactness"]``; ``extras["certain"]`` is True only when it holds and every recovered
+sequence verifies (all its second-probe inputs below the data-chosen threshold, N sequences found).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ...types import DataSpec, Reconstruction, Update
+from ..base import Attack, AttackOptions, register
+from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
+from .final_token import recover_final
+from .incremental import last_inputs
+from .probes import capture, is_causal, model_type, probes
+from .spans import effective_width
+from .search import grow_causal, outside_level, search_encoder, token_candidates
+
+
+@dataclass(frozen=True)
+class DagerOptions(AttackOptions):
+    #: θ points tested for FedAvg (θˢ and interpolations toward θᶜ, one per local step at most)
+    fedavg_points: int = 4
+    #: encoder search: coordinate-descent sweeps and restarts per unverified slot
+    sweeps: int = 6
+    restarts: int = 8
+    #: candidate prefixes kept per step of the decoder growth, as a multiple of N
+    beam_factor: int = 8
+    #: read the final token of causal-LM sequences from the output-embedding gradient
+    final_token: bool = True
+    #: sequences evaluated per forward pass
+    chunk: int = 2048
+
+
+class Dager(Attack):
+    Options = DagerOptions
+    name = "dager"
+    positive = ("fedavg_points", "sweeps", "beam_factor", "chunk")
+    non_negative = ("restarts",)
+
+    def _reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
+        start = time.perf_counter()
+        opts = self.options
+        model.eval()
+        length = int(spec.shape[-1])
+        n = int(update.num_samples)
+        gradient = update.pseudo_gradient()
+        first, second = probes(model, gradient, update.server_params)
+        causal, task = is_causal(model), task_of(model)
+        gen = torch.Generator().manual_seed(opts.seed)
+        limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
+        if not (first.proper and second.proper):
+            # no gap: past the limit nothing can be separated; below it (FedAvg's drifting inputs, noise)
+            # the leading N·L directions — N and L are known to the server — stand in, never certain
+            if n * length >= limit:  # a full span tests nothing
+                exact = exactness(n * length, limit, first, second)
+                return text_result(torch.zeros(0, length, dtype=torch.long), model, {
+                    "exactness": exact, "certain": False, "verified": False, "first": first.describe(),
+                    "second": second.describe(), "seconds": time.perf_counter() - start,
+                    "note": "exactness condition fails: no sequence is returned"})
+            first.spans = [sp if sp.proper else sp.with_rank(n * length) for sp in first.spans]
+            second.spans = [sp if sp.proper else sp.with_rank(n * length) for sp in second.spans]
+        points = param_points(update, opts.fedavg_points)
+        extras = {"first": first.describe(), "second": second.describe(), "model_type": model_type(model),
+                  "task": task, "points": len(points)}
+
+        first_inputs = first_inputs_fn(model, points, first.modules[0])
+
+        def first_distance(x):  # (K, B, T, d) -> (B, T): closest θ point
+            return first.distance(x, fast=True).min(0).values
+
+        positional = model_type(model) != "llama"
+        cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional)
+        extras["first_threshold"] = tau1
+        extras["candidates_per_position"] = [int(c.numel()) for c in cands]
+        # under next-token loss with no target after the sequence, the final position has no gradient at all
+        hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
+        steps = length - 1 if hidden_final else length
+        exact = exactness(n * steps, limit, first, second)
+        extras["exactness"] = exact
+
+        def second_distance(ids):
+            return torch.stack([second.distance(capture(model, p, ids, second.modules[0])) for p in points]).min(0).values
+
+        outside = outside_level(second_distance, vocab_size(model), length, gen)
+        extras["outside_min"] = float(outside.min())
+        if causal:
+            def pair_distance(prefixes, cand):
+                return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand, opts.chunk))
+                                    for p in points]).min(0).values
+
+            prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
+                                         cap_factor=opts.beam_factor, pair_distance=pair_distance)
+            extras["growth"] = info
+            verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
+            ids = prefixes
+            if hidden_final and prefixes.shape[1] == steps:
+                ids, final_info = self._final(model, update, prefixes, cands, opts)
+                extras["final_token"] = final_info
+            elif ids.shape[1] < length:
+                ids = torch.cat([ids, torch.zeros(ids.shape[0], length - ids.shape[1], dtype=torch.long)], 1)
+        else:
+            ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,
+                                             restarts=opts.restarts, generator=gen, chunk=opts.chunk)
+            tau = info["threshold"]
+            per_seq = dist.max(1).values
+            verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
+            extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
+        final = extras.get("final_token", {})
+        final_ok = final.get("recovered", True) and final.get("residual_after", 0.0) < 1e-3
+        extras["certain"] = bool(exact["holds"] and verified and final_ok)
+        extras["verified"] = bool(verified)
+        if not exact["holds"] and not verified:
+            extras["note"] = "exactness condition fails and the recovery does not verify: no sequence is returned"
+            ids = torch.zeros(0, length, dtype=torch.long)
+        extras["seconds"] = time.perf_counter() - start
+        return text_result(ids, model, extras)
+
+    @staticmethod
+    def _final(model, update, prefixes, cands, opts):
+        if not opts.final_token:
+            pad = torch.zeros(prefixes.shape[0], 1, dtype=torch.long)
+            return torch.cat([prefixes, pad], 1), {"recovered": False, "reason": "final_token option off"}
+        used = set(prefixes.reshape(-1).tolist()) | set(torch.cat(cands).tolist())
+        dummy = next(v for v in range(vocab_size(model)) if v not in used)
+        finals, info = recover_final(model, update.server_params, update.pseudo_gradient(), prefixes,
+                                     lambda ids: simulate(model, update, ids), dummy)
+        return torch.cat([prefixes, finals.unsqueeze(1)], 1), info
+
+
+def calibrate_widths(model, params, first, second, vocab, length, generator) -> int:
+    """Effective widths of both probes from random token sequences (:func:`~.spans.effective_width`);
+    returns the smaller one, the exactness limit on token inputs per step."""
+    width = max(s.basis.shape[0] for s in first.spans + second.spans)
+    count = -(-2 * width // length) + 1
+    ids = torch.randint(vocab, (count, length), generator=generator)
+    for probe in (first, second):
+        x = capture(model, params, ids, probe.modules[0])
+        for span in probe.spans:
+            effective_width(span, x)
+    return min(s.width for s in first.spans + second.spans)
+
+
+register("dager", Dager, "Petrov et al. 2024 DAGER: exact text recovery from gradient spans (data-chosen ranks, "
+                         "final token from the LM head, FedAvg/LoRA, exactness reported)")

@@ -1,0 +1,209 @@
+"""Where the span tests read a transformer: its first attention projections and the next linear layer.
+
+Per architecture (``config.model_type``) two probes (DAGER §4, "layer 1" and "layer 2"):
+
+* ``first``: the projections of the first attention block (GPT-2 ``c_attn``, BERT
+  ``query/key/value``, LLaMA ``q/k/v_proj``); their input is the model's own embedding
+  computation (LN(E[v] + P[p]) for GPT-2 / BERT, RMSNorm(E[v]) with RoPE — no added position — for
+  LLaMA), captured with a forward pre-hook, never re-implemented;
+* ``second``: the first linear layer whose input depends on the whole (causal) context and whose
+  gradient sees every token: block 0's MLP (GPT-2 ``c_fc``, BERT ``intermediate.dense``, LLaMA
+  ``gate_proj/up_proj``) when it is trainable, else block 1's attention projections (LoRA on the
+  attention only). Block 0's MLP also keeps the test valid under a sequence-classification loss,
+  where the last block's attention gradient is rank-deficient (only the read-out token queries).
+
+A probe's span matrix comes from the update's gradient of its weights (Conv1D: columns; Linear:
+rows; LoRA: A's rows in input space, or B's rows in A-space when A has no gradient yet — PEFT's
+B = 0 first round, DAGER §5.3).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from ...errors import FedleakError
+from .spans import Span
+
+#: model_type -> (first probe modules, second probe candidates in order of preference), relative to the base model
+ARCHITECTURES = {
+    "gpt2": (("transformer.h.0.attn.c_attn",),
+             (("transformer.h.0.mlp.c_fc",), ("transformer.h.1.attn.c_attn",))),
+    "bert": (("bert.encoder.layer.0.attention.self.query", "bert.encoder.layer.0.attention.self.key",
+              "bert.encoder.layer.0.attention.self.value"),
+             (("bert.encoder.layer.0.intermediate.dense",),
+              ("bert.encoder.layer.1.attention.self.query", "bert.encoder.layer.1.attention.self.key",
+               "bert.encoder.layer.1.attention.self.value"))),
+    "llama": (("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+               "model.layers.0.self_attn.v_proj"),
+              (("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj"),
+               ("model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.k_proj",
+                "model.layers.1.self_attn.v_proj"))),
+}
+CAUSAL_TYPES = ("gpt2", "llama")
+
+
+class _Stop(Exception):
+    pass
+
+
+def hf_of(model: nn.Module) -> nn.Module:
+    """The transformers model inside a fedleak text wrapper (``.hf``), or the model itself."""
+    return getattr(model, "hf", model)
+
+
+def base_of(model: nn.Module) -> nn.Module:
+    hf = hf_of(model)
+    return hf.get_base_model() if hasattr(hf, "get_base_model") else hf
+
+
+def model_type(model: nn.Module) -> str:
+    kind = getattr(getattr(base_of(model), "config", None), "model_type", None)
+    if kind not in ARCHITECTURES:
+        raise FedleakError(f"text attacks support model types {sorted(ARCHITECTURES)}, got {kind!r}")
+    return kind
+
+
+def is_causal(model: nn.Module) -> bool:
+    return model_type(model) in CAUSAL_TYPES
+
+
+def _module(model: nn.Module, path: str) -> Optional[nn.Module]:
+    base = base_of(model)
+    alternatives = [path, path.split(".", 1)[1]]  # with and without the task head's prefix (bert.)
+    for candidate in alternatives:
+        try:
+            return base.get_submodule(candidate)
+        except AttributeError:
+            continue
+    return None
+
+
+@dataclass
+class Probe:
+    """One probe: the modules whose common input is tested, and their spans."""
+
+    modules: tuple[nn.Module, ...]
+    names: tuple[str, ...]
+    spans: list[Span]
+
+    @property
+    def rank(self) -> int:
+        return max(s.rank for s in self.spans)
+
+    @property
+    def width(self) -> int:
+        return min(s.width for s in self.spans)
+
+    @property
+    def proper(self) -> bool:
+        return all(s.proper for s in self.spans)
+
+    def distance(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        out = None
+        for span in self.spans:
+            d = span.distance(x, fast)
+            out = d if out is None else torch.maximum(out, d)
+        return out
+
+    def describe(self) -> dict:
+        return {"modules": list(self.names), "spans": [s.describe() for s in self.spans]}
+
+
+def _param_names(model: nn.Module) -> dict[int, str]:
+    return {id(p): name for name, p in model.named_parameters()}
+
+
+def _lora_parts(module: nn.Module):
+    a, b = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
+    if isinstance(a, nn.ModuleDict) and len(a):
+        key = next(iter(a.keys()))
+        return a[key], b[key]
+    return None
+
+
+def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params: dict) -> Optional[Probe]:
+    """The probe over ``paths`` with spans from ``gradient`` (None if a module has no gradient there)."""
+    names = _param_names(model)
+    modules, dense, spans = [], [], []
+    for path in paths:
+        module = _module(model, path)
+        if module is None:
+            return None
+        lora = _lora_parts(module)
+        if lora is not None:
+            a, b = lora
+            ga, gb = gradient.get(names.get(id(a.weight))), gradient.get(names.get(id(b.weight)))
+            if ga is None or gb is None:
+                return None
+            if float(ga.abs().max()) > 0:  # B ≠ 0: A's gradient rows span the inputs directly
+                spans.append(Span.from_matrix(ga.T, f"{path}.lora_A"))
+            else:  # PEFT's first round: only B moves; its rows span A·x (DAGER §5.3)
+                a_weight = params.get(names.get(id(a.weight)), a.weight)
+                spans.append(Span.from_matrix(gb.T, f"{path}.lora_B", transform=a_weight.detach()))
+        else:
+            weight = getattr(module, "weight", None)
+            g = gradient.get(names.get(id(weight))) if weight is not None else None
+            if g is None:
+                return None
+            conv1d = type(module).__name__ == "Conv1D"  # transformers' GPT-2 layer: weight (in, out)
+            dense.append(g if conv1d else g.T)
+        modules.append(module)
+    if dense:
+        spans.insert(0, Span.from_matrix(torch.cat(dense, dim=1), "+".join(paths)))
+    return Probe(tuple(modules), tuple(paths), spans)
+
+
+def probes(model: nn.Module, gradient: dict, params: dict) -> tuple[Probe, Probe]:
+    """(first, second) probes of ``model`` for this update; an error naming what is missing."""
+    first_paths, seconds = ARCHITECTURES[model_type(model)]
+    first = build_probe(model, first_paths, gradient, params)
+    if first is None:
+        raise FedleakError(f"the update has no gradient for the first attention projections {list(first_paths)}; "
+                           "dager/tiger need them trainable (full fine-tuning or LoRA on the attention)")
+    for paths in seconds:
+        second = build_probe(model, paths, gradient, params)
+        if second is not None and second.rank > 0:
+            return first, second
+    raise FedleakError("the update has no usable gradient for a second layer "
+                       f"(tried {[list(p) for p in seconds]})")
+
+
+@contextmanager
+def _hook(module: nn.Module, store: list, stop: bool):
+    def pre(_module, args, kwargs):
+        x = args[0] if args else next(iter(kwargs.values()))
+        store.append(x)
+        if stop:
+            raise _Stop
+
+    handle = module.register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def run_model(model: nn.Module, params: dict, ids: torch.Tensor):
+    """The model's forward on token ids with ``params`` (θ of the update) in place of its weights."""
+    if params:
+        return functional_call(model, params, (ids,), strict=False)
+    return model(ids)
+
+
+def capture(model: nn.Module, params: dict, ids: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """The input of ``module`` for token ids (B, L): (B, L, d); stops the forward there."""
+    store: list = []
+    with torch.no_grad(), _hook(module, store, stop=True):
+        try:
+            run_model(model, params, ids)
+        except _Stop:
+            pass
+    if not store:
+        raise FedleakError("the probed module was not reached by the model's forward")
+    return store[0]

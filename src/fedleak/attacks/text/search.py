@@ -1,0 +1,208 @@
+"""Token candidates from the first span and sequence search through the second (DAGER §4.1–4.3).
+
+* :func:`token_candidates` — every (token v, position p) input of the first attention projections,
+  as the model computes it, tested by its distance to the first span; the vocabulary is scanned
+  in chunks of all-v sequences (one forward gives v at every position), no per-token loop.
+* :func:`grow_causal` — decoders: sequences grow left to right; a prefix survives when the
+  second probe's input at its last position lies in the second span (DAGER Alg. 1, greedy).
+* :func:`search_encoder` — encoders: the second probe's input at a position depends on the whole
+  sequence, so DAGER enumerates all combinations of the per-position candidates (maxBᴸ). Here a
+  pruned search instead: coordinate descent over positions per sequence slot (each position's
+  candidates tried with the rest of the slot fixed, the slot's summed span distance minimised),
+  restarted from fresh seeded choices for slots that do not verify or repeat another slot.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from .spans import gap_threshold
+
+Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B, T) of the probe inputs
+
+
+def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first_distance, vocab: int,
+                     length: int, positional: bool, chunk: int = 1024, max_per_position: int = 4096) -> tuple[list[torch.Tensor], torch.Tensor, float]:
+    """Per position the tokens whose first-layer input lies in the first span.
+
+    Returns (candidates per position sorted by distance, distances (V, L), threshold).
+    ``positional`` False (RoPE): the input does not depend on the position, one column is computed.
+    """
+    width = length if positional else 1
+    parts = []
+    for start in range(0, vocab, chunk):
+        ids = torch.arange(start, min(vocab, start + chunk)).unsqueeze(1).expand(-1, width)
+        parts.append(first_distance(first_inputs(ids)).float())
+    dist = torch.cat(parts)
+    if not positional:
+        dist = dist.expand(-1, length)
+    tau = gap_threshold(_lowest(dist))
+    cands = []
+    for p in range(length):
+        col = dist[:, p]
+        idx = torch.nonzero(col <= tau).flatten()
+        cands.append(idx[col[idx].argsort()][:max_per_position])
+    return cands, dist, tau
+
+
+def _lowest(dist: torch.Tensor, keep: int = 200_000) -> torch.Tensor:
+    flat = dist.reshape(-1)
+    if flat.numel() <= keep:
+        return flat
+    return flat.topk(keep, largest=False).values
+
+
+def outside_level(second: Distances, vocab: int, length: int, generator: torch.Generator,
+                  count: int = 32) -> torch.Tensor:
+    """Distances of random token sequences (almost surely outside the span): the "out" anchors."""
+    ids = torch.randint(vocab, (count, length), generator=generator)
+    return second(ids).reshape(-1).double()
+
+
+def split(dist: torch.Tensor, outside: torch.Tensor, accepted: list[float]) -> float:
+    """The acceptance threshold: the largest log gap of these distances pooled with the known-outside
+    anchors and the distances accepted so far, never above the smallest outside anchor."""
+    pool = torch.cat([dist.reshape(-1).double(), outside, torch.tensor(accepted, dtype=torch.float64)])
+    low = float(outside.min())
+    tau = gap_threshold(pool[pool <= low])
+    below = pool[pool <= tau]
+    # a real split is wider than the spread of the outside anchors themselves
+    if below.numel() and float(outside.max() / outside.min()) >= low / float(below.max().clamp_min(1e-30)):
+        return 0.0
+    return tau
+
+
+def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_sequences: int,
+                outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8,
+                pair_distance=None) -> tuple[torch.Tensor, dict]:
+    """Greedy left-to-right growth of prefixes through the second span (DAGER Alg. 1).
+
+    Returns the surviving prefixes (P, steps) and diagnostics (threshold, per-step survivors,
+    whether every step had a clean gap). At most ``cap_factor``·N prefixes are kept per step.
+    ``pair_distance(prefixes, cand)`` (optional) gives the new position's distances of all pairs at
+    once (:mod:`.incremental`, the first block's key/value cache) instead of whole-pair passes.
+    """
+    prefixes = torch.zeros(1, 0, dtype=torch.long)
+    worst = torch.zeros(1, dtype=torch.float64)  # per prefix: its largest accepted distance / threshold
+    accepted_max, rejected_min, survivors, clean = 0.0, math.inf, [], True
+    accepted: list[float] = []
+    cap = max(1, cap_factor * num_sequences)
+    for t in range(steps):
+        cand = cands[t]
+        if cand.numel() == 0:
+            clean = False
+            break
+        pairs = torch.cat([prefixes.repeat_interleave(cand.numel(), 0),
+                           cand.repeat(prefixes.shape[0]).unsqueeze(1)], dim=1)
+        if pair_distance is not None:
+            dist = pair_distance(prefixes, cand).double()
+        else:
+            dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
+        tau = split(dist, outside, accepted[-4 * num_sequences:])
+        order = dist.argsort()
+        keep = order[dist[order] <= tau]
+        if keep.numel() < num_sequences:  # fewer than N below the split (shared prefixes, or drift): keep
+            keep = order[:num_sequences]  # the N closest; a false one dies later or fails the final check
+        if keep.numel() > cap:
+            clean = False
+            keep = keep[:cap]
+        below = dist[keep] <= tau
+        accepted_max = max(accepted_max, float(dist[keep][below].max()) if bool(below.any()) else 0.0)
+        accepted.extend(dist[keep][below].tolist())
+        rest = dist[dist > tau]
+        if rest.numel():
+            rejected_min = min(rejected_min, float(rest.min()))
+        ratio = dist[keep] / max(tau, 1e-30)
+        worst = torch.maximum(worst.repeat_interleave(cand.numel())[keep], ratio)
+        prefixes = pairs[keep]
+        survivors.append(int(keep.numel()))
+    if prefixes.shape[0] > num_sequences:  # the N prefixes that stayed closest to the span
+        best = worst.argsort()[:num_sequences]
+        prefixes, worst = prefixes[best], worst[best]
+    clean = clean and bool((worst <= 1).all())
+    return prefixes, {"survivors": survivors, "accepted_max": accepted_max,
+                      "rejected_min": None if rejected_min == math.inf else rejected_min, "clean": clean}
+
+
+def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: int, outside: torch.Tensor, *,
+                   sweeps: int = 6,
+                   restarts: int = 8, generator: torch.Generator | None = None,
+                   chunk: int = 2048, init: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Pruned search for encoders: coordinate descent per slot with restarts (see module docstring).
+
+    Returns (sequences (N, L), per-position distances (N, L), diagnostics).
+    """
+    length = len(cands)
+    cands = [c if c.numel() else torch.zeros(1, dtype=torch.long) for c in cands]
+    slots = torch.stack([torch.stack([c[n % c.numel()] for c in cands]) for n in range(num_sequences)])
+    if init is not None:  # a continuous relaxation's snapped tokens (tiger)
+        slots = init.clone()
+
+    def score(ids):
+        return torch.cat([second(ids[i:i + chunk]) for i in range(0, ids.shape[0], chunk)]).double()
+
+    def descend(seqs):
+        for _ in range(sweeps):
+            changed = False
+            for p in range(length):
+                c = cands[p]
+                if c.numel() == 1:
+                    seqs[:, p] = c[0]
+                    continue
+                trial = seqs.repeat_interleave(c.numel(), 0)
+                trial[:, p] = c.repeat(seqs.shape[0])
+                total = score(trial).clamp_min(1e-12).log().sum(1).view(seqs.shape[0], c.numel())
+                best = c[total.argmin(1)]
+                changed |= bool((best != seqs[:, p]).any())
+                seqs[:, p] = best
+            changed |= swap(seqs)
+            if not changed:
+                break
+        return seqs
+
+    def swap(seqs):
+        """Try exchanging every pair of positions of every slot (tokens that sit one place off)."""
+        pairs = torch.combinations(torch.arange(length), 2)
+        changed = False
+        for i in range(seqs.shape[0]):
+            base = seqs[i]
+            trial = base.repeat(pairs.shape[0] + 1, 1)
+            rows = torch.arange(1, pairs.shape[0] + 1)
+            trial[rows, pairs[:, 0]] = base[pairs[:, 1]]
+            trial[rows, pairs[:, 1]] = base[pairs[:, 0]]
+            total = score(trial).clamp_min(1e-12).log().sum(1)
+            best = int(total.argmin())
+            if best != 0:
+                seqs[i] = trial[best]
+                changed = True
+        return changed
+
+    slots = descend(slots)
+    dist = score(slots)
+    tried = 0
+    while tried < restarts:
+        tau = split(dist.max(1).values, outside, [])
+        ok = dist.max(1).values <= tau
+        dup = _duplicates(slots)
+        redo = torch.nonzero(~ok | dup).flatten()
+        if redo.numel() == 0:
+            break
+        fresh = torch.stack([torch.stack([c[torch.randint(c.numel(), (1,), generator=generator)[0]] for c in cands])
+                             for _ in range(redo.numel())])
+        slots[redo] = descend(fresh)
+        dist[redo] = score(slots[redo])
+        tried += 1
+    return slots, dist, {"restarts": tried, "threshold": split(dist.max(1).values, outside, [])}
+
+
+def _duplicates(seqs: torch.Tensor) -> torch.Tensor:
+    """True for every row equal to an earlier row."""
+    seen, out = set(), []
+    for row in seqs.tolist():
+        key = tuple(row)
+        out.append(key in seen)
+        seen.add(key)
+    return torch.tensor(out, dtype=torch.bool)

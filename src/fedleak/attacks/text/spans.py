@@ -1,0 +1,144 @@
+"""Gradient row/column spans and the data-chosen tolerances of DAGER (Petrov et al., NeurIPS 2024, §3–4).
+
+For a linear layer Y = X W fed by the token representations X (one row per token), ∇W = Xᵀ ∇Y, so
+the input rows lie in the column space of ∇W whenever fewer distinct rows than the layer width
+enter the step (DAGER Lemma 3.1 / Thm. 3.2). DAGER fixes the rank tolerance and the span-distance
+threshold by hand; here both come from the data:
+
+* :func:`gap_rank` — the numerical rank is where the singular values drop most (largest ratio
+  σᵢ/σᵢ₊₁, the float noise floor σ₁·max(m, n)·ε appended so that a full-rank matrix has its gap at
+  the end);
+* :func:`gap_threshold` — candidate distances split at the largest gap of their logarithms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+
+def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] = None) -> tuple[int, float]:
+    """(rank, gap) of a matrix of ``shape`` from its singular values (descending).
+
+    The rank is the index of the largest ratio σᵢ/σᵢ₊₁ over the values followed by the floor
+    σ₁·max(shape)·ε (ε of float32, the precision the client computed its gradient in), among the
+    splits whose lower side σᵢ₊₁ lies below σ₁·√ε — where float32 rounding, not data, dominates (a
+    steep drop among large values, e.g. one dominant direction, is not a rank); ``gap`` is that ratio
+    (1 when there is nothing above the floor).
+    """
+    s = singular.detach().double().clamp_min(0)
+    if s.numel() == 0 or float(s[0]) == 0.0:
+        return 0, 1.0
+    eps = torch.finfo(torch.float32).eps if eps is None else eps
+    floor = float(s[0]) * max(shape) * eps
+    values = torch.cat([s, s.new_tensor([floor])]).clamp_min(floor * 1e-3)
+    ratios = values[:-1] / values[1:]
+    ratios = torch.where(values[1:] <= float(s[0]) * math.sqrt(eps), ratios, torch.zeros_like(ratios))
+    best = int(torch.argmax(ratios))
+    return best + 1, float(ratios[best])
+
+
+def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = ()) -> float:
+    """The threshold at the largest gap of log distances (with optional anchor values from earlier steps).
+
+    Returns the geometric mean of the two values around the gap; +inf for fewer than two values.
+    """
+    values = torch.cat([distances.detach().double().reshape(-1),
+                        torch.tensor(list(anchors), dtype=torch.float64)]).clamp_min(1e-30)
+    if values.numel() < 2:
+        return math.inf
+    logs = values.log().sort().values
+    gaps = logs[1:] - logs[:-1]
+    i = int(torch.argmax(gaps))
+    return float(((logs[i] + logs[i + 1]) / 2).exp())
+
+
+@dataclass
+class Span:
+    """An orthonormal basis of a gradient's input span and the relative distance of vectors to it.
+
+    ``transform`` (optional, (k, d)) maps a d-dimensional layer input into the space the span
+    lives in (a LoRA adapter's A, DAGER §5.3): the tested vector is ``transform @ x``.
+    """
+
+    basis: torch.Tensor  # (k, r), orthonormal columns
+    complement: torch.Tensor  # (k, k - r)
+    rank: int
+    width: int
+    gap: float
+    singular: torch.Tensor
+    transform: Optional[torch.Tensor] = None
+    name: str = ""
+
+    @classmethod
+    def from_matrix(cls, matrix: torch.Tensor, name: str = "", transform: Optional[torch.Tensor] = None,
+                    rank: Optional[int] = None) -> "Span":
+        """The span of the columns of ``matrix`` (k × m), rank from :func:`gap_rank` unless given."""
+        m = matrix.detach().double()
+        u, s, _ = torch.linalg.svd(m, full_matrices=True)
+        r, gap = gap_rank(s, tuple(m.shape))
+        if rank is not None:
+            r = rank
+        return cls(u[:, :r].contiguous(), u[:, r:].contiguous(), r, m.shape[0], gap, s, transform, name)
+
+    @property
+    def proper(self) -> bool:
+        """Whether the span is a proper subspace (a span test can reject anything)."""
+        return 0 < self.rank < self.width
+
+    def distance(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        """Relative distance ‖x − ΠU x‖ / ‖x‖ of each row of ``x`` (…, d) to the span.
+
+        ``fast``: in float32 (the vocabulary screen; in-span rows stay near 1e-6, outside rows ≫ 1e-3),
+        else in float64.
+        """
+        dtype = torch.float32 if fast else self.basis.dtype
+        x = x.to(dtype)
+        if self.transform is not None:
+            x = x @ self.transform.to(dtype).T
+        norm = x.norm(dim=-1)
+        zero = norm <= 1e-12 * float(norm.max().clamp_min(1e-30)) if norm.numel() else norm.bool()
+        norm = norm.clamp_min(1e-30)
+        if self.complement.shape[1] <= self.basis.shape[1]:
+            residual = (x @ self.complement.to(dtype)).norm(dim=-1)
+        else:
+            basis = self.basis.to(dtype)
+            residual = (x - (x @ basis) @ basis.T).norm(dim=-1)
+        # a zero input (a zeroed padding embedding) carries no token: never "in" the span
+        return torch.where(zero, torch.ones_like(norm), residual / norm)
+
+    def with_rank(self, rank: int) -> "Span":
+        """The same singular vectors split at ``rank`` (a rank known from N and L when noise hides the gap)."""
+        u = torch.cat([self.basis, self.complement], dim=1)
+        rank = max(1, min(int(rank), u.shape[1] - 1))
+        return Span(u[:, :rank].contiguous(), u[:, rank:].contiguous(), rank, self.width, self.gap, self.singular,
+                    self.transform, self.name)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "rank": self.rank, "width": self.width, "gap": self.gap}
+
+
+def max_distance(spans: Sequence[Span], x: torch.Tensor) -> torch.Tensor:
+    """The largest distance over several spans (a vector must lie in each of them)."""
+    out = None
+    for span in spans:
+        d = span.distance(x)
+        out = d if out is None else torch.maximum(out, d)
+    return out
+
+
+def effective_width(span: Span, inputs: torch.Tensor) -> int:
+    """The dimension the layer's inputs can reach, from ``inputs`` (…, d) of random tokens.
+
+    A LayerNorm without bias feeds centred vectors (rank ≤ d − 1), a LoRA A maps into r dimensions:
+    a span is proper only below this width, not below d. Sets and returns ``span.width``.
+    """
+    x = inputs.reshape(-1, inputs.shape[-1]).double()
+    if span.transform is not None:
+        x = x @ span.transform.double().T
+    s = torch.linalg.svdvals(x)
+    span.width = gap_rank(s, tuple(x.shape))[0]
+    return span.width

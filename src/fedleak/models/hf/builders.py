@@ -1,0 +1,189 @@
+"""Building :class:`~fedleak.models.hf.wrapper.HFTextModel` s: config-built models, MiniLM, a local folder.
+
+Everything loads from local files (``local_files_only=True``, ``HF_HUB_OFFLINE=1``); remote code is
+refused. Config-built models draw their random weights from the torch RNG that
+:func:`fedleak.models.build` seeds.
+
+* :data:`CONFIGS` — ``gpt2-tiny`` (GPT-2, Radford et al. 2019: 2 layers, width 128, 4 heads),
+  ``llama-tiny`` (LLaMA, Touvron et al. 2023: 2 layers, width 128, 4 heads, SwiGLU 256, RMSNorm,
+  RoPE) and ``gpt2-small`` (the 124 M-parameter GPT-2 size: 12 layers, width 768, 12 heads), all
+  causal LMs over the tokenizer's vocabulary (MiniLM WordPiece, 30522, unless another is named);
+* :func:`minilm` — the pretrained all-MiniLM-L6-v2 encoder (Wang et al. 2020; BERT, 6 layers, width
+  384) with a new, seeded classification head;
+* :func:`from_folder` — the user's model folder (``config.json`` + ``*.safetensors`` +
+  ``tokenizer.json``): a causal LM or a classifier by the config's ``architectures``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from ...data import tokenizers as toks
+from ...errors import FedleakError
+from ...types import DataSpec
+from .wrapper import HFTextModel
+
+DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                "summary_first_dropout", "attention_dropout", "dropout", "classifier_dropout", "hidden_dropout",
+                "mlp_dropout", "activation_dropout")
+
+#: name -> (architecture, config keyword arguments without vocabulary / positions)
+CONFIGS = {
+    "gpt2-tiny": ("gpt2", dict(n_embd=128, n_layer=2, n_head=4)),
+    "llama-tiny": ("llama", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=4)),
+    "gpt2-small": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12)),
+}
+
+
+def transformers_module():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import transformers
+    except ImportError:
+        raise FedleakError("language models need transformers>=5 (pip install 'fedleak[text]')") from None
+    transformers.logging.set_verbosity_error()
+    try:  # transformers 5 prints a loading report (new head weights) through its own logger
+        transformers.utils.logging.disable_progress_bar()
+    except AttributeError:
+        pass
+    return transformers
+
+
+def _tokenizer(tokenizer):
+    if tokenizer is None:
+        return toks.default_tokenizer()
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return toks.load_tokenizer(tokenizer)
+    return tokenizer
+
+
+def _no_dropout(config) -> None:
+    for key in DROPOUT_KEYS:
+        if hasattr(config, key) and isinstance(getattr(config, key), (int, float)):
+            setattr(config, key, 0.0)
+
+
+def _check_spec(spec: DataSpec, name: str) -> None:
+    if spec.modality != "text":
+        raise FedleakError(f"model {name!r} is a language model: it needs text data (--data text), "
+                           f"got the {spec.modality} dataset {spec.name!r}")
+
+
+def from_config(name: str, spec: DataSpec, tokenizer=None) -> HFTextModel:
+    """A randomly initialized causal LM of :data:`CONFIGS` over the tokenizer's vocabulary."""
+    _check_spec(spec, name)
+    tf = transformers_module()
+    tok = _tokenizer(tokenizer)
+    arch, kwargs = CONFIGS[name]
+    vocab = tok.get_vocab_size()
+    pad = toks.pad_id(tok)
+    positions = max(512, spec.seq_len)
+    if arch == "gpt2":
+        config = tf.GPT2Config(vocab_size=vocab, n_positions=positions, pad_token_id=pad, **kwargs)
+        _no_dropout(config)  # before the modules exist: nn.Dropout keeps the p it was built with
+        config._attn_implementation = "eager"  # double backward (optimization attacks) and vmap work on eager
+        hf = tf.GPT2LMHeadModel(config)
+    else:
+        config = tf.LlamaConfig(vocab_size=vocab, max_position_embeddings=positions, pad_token_id=pad,
+                                bos_token_id=None, eos_token_id=None, **kwargs)
+        _no_dropout(config)
+        config._attn_implementation = "eager"
+        hf = tf.LlamaForCausalLM(config)
+    return HFTextModel(hf, "causal-lm", tok, pad, name=name)
+
+
+def _classifier(path: Path, spec: DataSpec, name: str) -> "object":
+    tf = transformers_module()
+    if spec.num_classes < 2:
+        raise FedleakError(f"a classifier needs at least 2 labels, the data has {spec.num_classes}")
+    config = tf.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False,
+                                           num_labels=int(spec.num_classes))
+    _no_dropout(config)
+    config.problem_type = "single_label_classification"
+    hf = tf.AutoModelForSequenceClassification.from_pretrained(
+        str(path), config=config, local_files_only=True, trust_remote_code=False, use_safetensors=True,
+        attn_implementation="eager")
+    return hf
+
+
+def minilm(spec: DataSpec) -> HFTextModel:
+    """The pretrained all-MiniLM-L6-v2 encoder with a new classification head (seeded by the caller)."""
+    _check_spec(spec, "minilm")
+    path = toks.minilm_path()
+    tok = toks.load_tokenizer(path)
+    hf = _classifier(path, spec, "minilm")
+    return HFTextModel(hf, "classification", tok, int(hf.config.pad_token_id or 0), name="minilm")
+
+
+def _folder_task(config: dict, folder: Path) -> str:
+    archs = config.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise FedleakError(f"{folder / 'config.json'}: 'architectures' must be a list of names, got {archs!r}")
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return "causal-lm"
+    return "classification"  # an encoder (…Model) or a …ForSequenceClassification: a classifier head
+
+
+def check_folder(folder) -> tuple[Path, dict]:
+    """The folder and its config, or one-line errors: no config, no safetensors weights, remote code."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FedleakError(f"--model {folder}: not a model name and not a folder")
+    cfg_file = folder / "config.json"
+    if not cfg_file.is_file():
+        raise FedleakError(f"--model {folder}: no config.json (a model folder needs config.json, *.safetensors "
+                           f"and tokenizer.json)")
+    try:
+        config = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FedleakError(f"{cfg_file}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(config, dict):
+        raise FedleakError(f"{cfg_file}: must hold a JSON object")
+    if "auto_map" in config or config.get("trust_remote_code"):
+        raise FedleakError(f"{cfg_file}: 'auto_map' asks for the folder's own Python code; fedleak never runs "
+                           f"remote code (trust_remote_code)")
+    if not any(folder.glob("*.safetensors")):
+        bins = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
+        hint = f" ({', '.join(bins[:2])} are pickles, which fedleak does not load)" if bins else ""
+        raise FedleakError(f"--model {folder}: no *.safetensors weights{hint}")
+    tf = transformers_module()
+    model_type = config.get("model_type")
+    if model_type not in tf.CONFIG_MAPPING:
+        raise FedleakError(f"{cfg_file}: model_type {model_type!r} is not an architecture transformers "
+                           f"{tf.__version__} knows")
+    return folder, config
+
+
+def folder_task(folder) -> str:
+    """``"causal-lm"`` or ``"classification"`` for a model folder (by its config's architectures)."""
+    folder, config = check_folder(folder)
+    return _folder_task(config, folder)
+
+
+def from_folder(folder, spec: DataSpec, tokenizer=None) -> HFTextModel:
+    """The model in ``folder``: a causal LM (``…ForCausalLM`` / ``…LMHeadModel``) or a classifier."""
+    folder, config = check_folder(folder)
+    _check_spec(spec, str(folder))
+    tok = _tokenizer(tokenizer) if tokenizer is not None else toks.load_tokenizer(folder)
+    task = _folder_task(config, folder)
+    tf = transformers_module()
+    if task == "causal-lm":
+        config = tf.AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+        _no_dropout(config)
+        hf = tf.AutoModelForCausalLM.from_pretrained(str(folder), config=config, local_files_only=True,
+                                                     trust_remote_code=False, use_safetensors=True,
+                                                     attn_implementation="eager")
+    else:
+        hf = _classifier(folder, spec, str(folder))
+    rows = int(hf.get_input_embeddings().weight.shape[0])
+    if tok.get_vocab_size() > rows:
+        raise FedleakError(f"--model {folder}: tokenizer.json has {tok.get_vocab_size()} tokens but the model "
+                           f"embeds only {rows}")
+    pad_cfg: Optional[int] = getattr(hf.config, "pad_token_id", None)
+    pad = int(pad_cfg) if isinstance(pad_cfg, int) else toks.pad_id(tok, getattr(hf.config, "eos_token_id", None))
+    return HFTextModel(hf, task, tok, pad, name=folder.name)
