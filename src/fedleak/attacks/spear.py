@@ -181,6 +181,10 @@ class Spear(Attack):
 
     def _recover(self, grad_w, grad_b, batch: int, exactness: dict):
         o = self.options
+        exactness["expected_subsets"] = expected_subsets(batch)
+        if exactness["expected_subsets"] > 4 * o.max_samples:
+            return None, None, (f"batch {batch} needs about {expected_subsets(batch):.3g} random subsets to find every "
+                                f"sparse direction, over 4× the budget max_samples = {o.max_samples} (2^(B-1) growth)")
         left, right = factorize(grad_w, batch)
         generator = torch.Generator().manual_seed(o.seed)
         weight, bias = self._weights
@@ -193,7 +197,6 @@ class Spear(Attack):
 
         chosen, done, stats = sample_directions(left, batch, o, generator, check)
         exactness.update(stats)
-        exactness["expected_subsets"] = expected_subsets(batch)
         if len(chosen) < batch:
             return None, None, (f"only {stats['independent_found']} of {batch} sparse directions found in {stats['subsets']} random "
                                 f"subsets (about {expected_subsets(batch):.3g} expected: 2^(B-1) grows too fast, or "

@@ -28,7 +28,7 @@ from . import threats
 from .config import AuditConfig, Plan, Scenario
 from .default import describe
 from .progress import optimizer_callback
-from .verdict import judge
+from .verdict import converged, judge, judge_evidence, sok_letter
 
 #: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies)
 VERBATIM_DB = 60.0
@@ -79,6 +79,26 @@ def _summarize(per_target: list[dict], seconds: float, choice) -> dict:
     return out
 
 
+def evidence_fields(choice, extras: list[dict], iterations) -> dict:
+    """Per attack: exact or optimization, certain targets, precondition, budget, convergence (issue 20)."""
+    exact = choice.name in threats.EXACT_ATTACKS
+    out = {"exact": exact, "labels": extras[0].get("label_strategy") if extras else None}
+    if exact:
+        first = dict(extras[0].get("exactness", {})) if extras else {}
+        first.pop("singular_values", None)
+        out.update({"certain_targets": sum(1 for e in extras if e.get("certain")),
+                    "precondition": first})
+        return out
+    standard = threats.BUDGETS.get(threats._family(choice.name), threats.DEFAULT_BUDGET)[0]
+    its = choice.options.get("iterations")
+    flags = [converged(e.get("loss_history")) for e in extras]
+    known = [f for f in flags if f is not None]
+    out.update({"iterations": its, "restarts": choice.options.get("restarts", 1),
+                "budget_factor": round(its / standard, 3) if its else None, "tuned": bool(choice.options.get("tuned")),
+                "converged": (all(known) if known else None)})
+    return out
+
+
 def _example(rec: Reconstruction, truth: ClientData, spec: DataSpec, scores: dict) -> Example:
     originals = spec.denormalize(truth.inputs.detach().cpu().float())
     recs = spec.denormalize(rec.inputs.detach().cpu().float())
@@ -119,6 +139,8 @@ class Auditor:
             choices = (threats.honest_attacks(scenario.key, override=override, quick=cfg.quick,
                                               iterations=cfg.iterations, seed=cfg.seed)
                        if (override or not cfg.attacks) else [])
+            if not cfg.attacks:
+                choices = choices + threats.exact_attacks(self.model, scenario.protocol, scenario.samples, seed=cfg.seed)
             entry = {"text": describe(scenario.protocol, scenario.samples, plan.secagg),
                      "protocol": scenario.protocol.to_json(), "num_samples": scenario.samples,
                      "clients_per_target": plan.secagg, "targets": len(groups), "attacks": {}}
@@ -128,7 +150,7 @@ class Auditor:
                 updates.append((self.observe(self.model, group, scenario, plan, cfg.seed + t * plan.secagg),
                                 concatenate(group)))
             for choice in choices:
-                per_target, seconds = [], 0.0
+                per_target, seconds, recs = [], 0.0, []
                 for t, (update, truth) in enumerate(updates):
                     stage = f"{prefix}{scenario.key}: {choice.title}" + (f", target {t + 1}/{len(updates)}"
                                                                          if len(updates) > 1 else "")
@@ -140,22 +162,38 @@ class Auditor:
                     scores = metrics.evaluate(rec, truth, self.spec)
                     scores["target"] = truth.client_id
                     per_target.append(scores)
+                    recs.append(rec.extras)
                     if t == 0:
                         result.examples[(scenario.key, choice.title)] = _example(rec, truth, self.spec, scores)
                 summary = _summarize(per_target, seconds, choice)
+                summary.update(evidence_fields(choice, recs, cfg.iterations))
                 entry["attacks"][choice.name] = summary
                 honest_scores[f"{scenario.key}: {choice.title} [{choice.name}]"] = summary
             if plan.dp:
                 result.data["epsilon"][scenario.key] = self.epsilon(plan, scenario)
             result.data["scenarios"][scenario.key] = entry
         result.data["threat_models"][threats.HONEST] = {"description": threats.THREAT_MODELS[threats.HONEST],
-                                                        **judge(honest_scores)}
+                                                        **judge_evidence(honest_scores,
+                                                                         knowledge=self.knowledge(plan, False))}
         if cfg.malicious:
             mal = self.malicious(plan, malicious_override[0] if malicious_override else None, prefix, result)
             result.data["scenarios"]["malicious"] = mal
             result.data["threat_models"][threats.MALICIOUS] = {
-                "description": threats.THREAT_MODELS[threats.MALICIOUS], **judge({f"{mal['title']} [{mal['attack']}]": mal})}
+                "description": threats.THREAT_MODELS[threats.MALICIOUS],
+                **judge_evidence({f"{mal['title']} [{mal['attack']}]": mal}, knowledge=self.knowledge(plan, True))}
         return result
+
+    def knowledge(self, plan: Plan, malicious: bool) -> dict:
+        """The assumptions behind a verdict: threat model (SoK letter), BatchNorm mode, labels, protocol."""
+        from ..fl.client import has_batchnorm
+
+        first = plan.scenarios[0].protocol
+        bn = ("train" if first.train_mode else "eval") if has_batchnorm(self.model) else "no BatchNorm"
+        return {"threat_model_sok": sok_letter(malicious, False, True),
+                "sok_dimensions": {"modifies the model": malicious, "uses auxiliary data": False,
+                                   "knows training details": True},
+                "batchnorm": bn, "labels": "inferred from the update (never the truth)",
+                "secure_aggregation_clients": plan.secagg}
 
     def epsilon(self, plan: Plan, scenario: Scenario) -> dict:
         """ε(δ) of the DP-SGD client over the federation's rounds (Opacus's RDP and PRV accountants)."""

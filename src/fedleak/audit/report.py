@@ -17,7 +17,7 @@ from PIL import Image
 from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
 from . import figures
 from .threats import HONEST, MALICIOUS
-from .verdict import COLOURS, RULE
+from .verdict import COLOURS, EVIDENCE_RULE, RULE, evidence_sentence
 
 #: JSON key -> column title
 COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "psnr": "Mean PSNR (dB)", "ssim": "SSIM",
@@ -100,6 +100,11 @@ def what_to_change(result: dict) -> list[str]:
     else:
         lines.append(f"No value of {knob} in this sweep ({', '.join(f'{v:g}' for v in sweep['values'])}) brings the "
                      "verdict to low; extend the sweep (stronger defense, more clients per aggregate) and rerun.")
+    inconclusive = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "inconclusive"]
+    if inconclusive:
+        lines.append(f"At {knob} = {', '.join(f'{v:g}' for v in inconclusive)} no attack succeeded, but only at the "
+                     "audit's budget: that is not found, not low (low requires tuned attacks at ≥ 4× the default "
+                     "budget and every exact attack's precondition failing; raise --iterations).")
     for p in result["points"]:
         eps = epsilon_text(p)
         if eps and p["threat_models"][HONEST]["verdict"] == "low":
@@ -116,6 +121,14 @@ def epsilon_text(point: dict) -> Optional[str]:
     return "; ".join(parts) or None
 
 
+def _assumptions(tm: dict) -> str:
+    a = tm.get("assumptions") or {}
+    if not a:
+        return "not recorded"
+    return (f"threat model {a.get('threat_model_sok')} (SoK of Carletti et al. 2025, as mapped in fedleak.audit.verdict), "
+            f"BatchNorm {a.get('batchnorm')}, labels {a.get('labels')}")
+
+
 def _verdict_boxes(point: dict) -> str:
     boxes = []
     for name, tm in point["threat_models"].items():
@@ -123,7 +136,9 @@ def _verdict_boxes(point: dict) -> str:
         boxes.append(f'<div class="verdict" style="background:{colour}" data-verdict="{html.escape(tm["verdict"])}">'
                      f'<div>{html.escape(THREAT_TITLES[name])}</div>'
                      f'<div class="level">{html.escape(tm["verdict"].upper())} leakage</div>'
-                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False))}</p></div>')
+                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False))}</p>'
+                     f'<p class="evidence">Evidence — {html.escape(evidence_sentence(tm))}. Assumptions: '
+                     f'{html.escape(_assumptions(tm))}.</p></div>')
     return '<div class="verdicts" id="verdicts">' + "".join(boxes) + "</div>"
 
 
@@ -165,7 +180,8 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     title = "fedleak audit: what a server can reconstruct from your clients' updates"
     parts = []
     verdict_html = _sweep_verdict_table(result) if result.get("sweep") else _verdict_boxes(first)
-    parts.append(_section("Verdict", "verdict", verdict_html, f'<p class="rule">Rule: {html.escape(RULE)}</p>'))
+    parts.append(_section("Verdict", "verdict", verdict_html, f'<p class="rule">Rule: {html.escape(RULE)}</p>',
+                          f'<p class="rule">Evidence: {html.escape(EVIDENCE_RULE)}</p>'))
     parts.append(_section("What to change", "what-to-change", _html_text("\n\n".join(result["what_to_change"]))))
     parts.append(_section("Setup", "setup", _html_text(_setup_text(result))))
     shown = [0] if len(result["points"]) == 1 else [0, len(result["points"]) - 1]
