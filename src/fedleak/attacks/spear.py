@@ -117,8 +117,9 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
             bad = check(selected) if check is not None else []
             if not bad:
                 done = True
-            else:
-                rejected.extend(selected[i] for i in bad)
+            else:  # reject the least sparse failing direction only: one wrong direction spoils other samples too
+                zeros_of = [next(z for z, d in found if abs(float(d @ selected[i])) > 1 - 1e-6) for i in bad]
+                rejected.append(selected[bad[min(range(len(bad)), key=zeros_of.__getitem__)]])
                 found = [(z, d) for z, d in found if not any(abs(float(d @ r)) > 1 - 1e-6 for r in rejected)]
     stats = {"subsets": tried, "candidates": len(found), "rejected": len(rejected), "live_rows": m,
              "need_zeros": need, "independent_found": len(selected)}
