@@ -102,7 +102,7 @@ def what_to_change(result: dict) -> list[str]:
                      "verdict to low; extend the sweep (stronger defense, more clients per aggregate) and rerun.")
     inconclusive = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "inconclusive"]
     if inconclusive:
-        lines.append(f"At {knob} = {', '.join(f'{v:g}' for v in inconclusive)} no attack succeeded, but only at the "
+        lines.append(f"At {' and '.join(f'{knob} = {v:g}' for v in inconclusive)} no attack succeeded, but only at the "
                      "audit's budget: that is not found, not low (low requires tuned attacks at ≥ 4× the default "
                      "budget and every exact attack's precondition failing; raise --iterations).")
     for p in result["points"]:
