@@ -81,3 +81,32 @@ def test_analytic_fc_is_exact_for_one_sample_and_finds_lone_rows_in_a_small_batc
     assert rec.extras["exactness"]["inputs_found"] >= 3
     error, _ = _max_error(rec, data)
     assert error < 1e-3
+
+
+def _counts(labels, classes=10):
+    return torch.bincount(torch.as_tensor(labels), minlength=classes).tolist()
+
+
+def test_ilrg_restores_exact_label_counts_on_a_small_untrained_model():
+    torch.manual_seed(3)
+    model = MLP(SPEC, (64,))
+    g = torch.Generator().manual_seed(4)
+    labels = torch.tensor([0, 0, 0, 2, 5, 5, 7, 9, 9, 9, 9, 1])
+    base = torch.randn(SPEC.shape, generator=g)  # images share most of their content (like natural images)
+    data = ClientData(base + 0.3 * torch.randn((len(labels), *SPEC.shape), generator=g), labels)
+    rec = build("ilrg").reconstruct(client_update(model, data, Protocol("fedsgd")), model, SPEC)
+    assert rec.extras["label_counts"] == _counts(labels)
+    assert "residual" in rec.extras["exactness"] and isinstance(rec.extras["certain"], bool)
+
+
+def test_rlu_restores_label_counts_from_a_multi_epoch_fedavg_update():
+    torch.manual_seed(3)
+    model = MLP(SPEC, (64,))
+    g = torch.Generator().manual_seed(5)
+    labels = torch.tensor([1, 1, 3, 3, 3, 4, 8, 8])
+    base = torch.randn(SPEC.shape, generator=g)
+    data = ClientData(base + 0.3 * torch.randn((len(labels), *SPEC.shape), generator=g), labels)
+    update = client_update(model, data, Protocol("fedavg", epochs=3, batch_size=4, lr=0.01), seed=0)
+    rec = build("rlu").reconstruct(update, model, SPEC)
+    assert rec.extras["label_counts"] == _counts(labels)
+    assert rec.extras["certain"] is False and "estimate" in rec.extras["exactness"]["reason"]
