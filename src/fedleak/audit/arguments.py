@@ -13,7 +13,7 @@ from .config import KNOBS, AuditConfig
 #: flag destinations that map 1:1 onto AuditConfig keys
 _KEYS = ("model", "weights", "model_seed", "data", "data_root", "samples", "clients", "algorithm", "epochs",
          "batch_size", "lr", "static_batches", "rounds", "sample_rate", "delta", "sweep", "bins", "iterations",
-         "quick", "seed", "device")
+         "quick", "seed", "device", "tune", "tune_clients")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bins", type=int, help="imprint bins of the malicious server (default 64)")
     g.add_argument("--iterations", type=int, help="optimization steps of every attack (default: per attack)")
     g.add_argument("--quick", action="store_true", default=None, help="short attack budgets (under a minute)")
+    g.add_argument("--tune", type=int, metavar="TRIALS",
+                   help="tune every optimization attack with TRIALS Optuna trials on surrogate clients simulated "
+                        "from a disjoint split of the data (never the audited clients); default 0 (off)")
+    g.add_argument("--tune-clients", type=int, help="surrogate clients the tuner simulates (default 2)")
     g.add_argument("--seed", type=int)
     g.add_argument("--device", help="cpu (default), cuda, cuda:1, mps")
     g.add_argument("--quiet", action="store_true", help="no progress output")

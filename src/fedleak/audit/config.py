@@ -152,6 +152,8 @@ class AuditConfig:
     quick: bool = False
     seed: int = 0
     device: str = "cpu"
+    tune: int = 0
+    tune_clients: int = 2
     extra: dict = field(default_factory=dict, repr=False)
 
     # -- sources ----------------------------------------------------------------------------
@@ -213,6 +215,8 @@ class AuditConfig:
         _integer("bins", self.bins, 1)
         if self.iterations is not None:
             _integer("iterations", self.iterations, 1)
+        _integer("tune", self.tune, 0)
+        _integer("tune_clients", self.tune_clients, 1)
         defense, secagg, privacy = parse_defenses(self.defense)
         rounds = _integer("rounds", privacy.get("rounds", self.rounds), 1)
         sample_rate = privacy.get("sample_rate", self.sample_rate)

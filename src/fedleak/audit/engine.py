@@ -28,6 +28,7 @@ from . import threats
 from .config import AuditConfig, Plan, Scenario
 from .default import describe
 from .progress import optimizer_callback
+from .tuning import tuned_choice
 from .verdict import converged, judge, judge_evidence, sok_letter
 
 #: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies)
@@ -79,7 +80,7 @@ def _summarize(per_target: list[dict], seconds: float, choice) -> dict:
     return out
 
 
-def evidence_fields(choice, extras: list[dict], iterations) -> dict:
+def evidence_fields(choice, extras: list[dict], iterations, tuned: bool = False) -> dict:
     """Per attack: exact or optimization, certain targets, precondition, budget, convergence (issue 20)."""
     exact = choice.name in threats.EXACT_ATTACKS
     out = {"exact": exact, "labels": extras[0].get("label_strategy") if extras else None}
@@ -94,7 +95,7 @@ def evidence_fields(choice, extras: list[dict], iterations) -> dict:
     flags = [converged(e.get("loss_history")) for e in extras]
     known = [f for f in flags if f is not None]
     out.update({"iterations": its, "restarts": choice.options.get("restarts", 1),
-                "budget_factor": round(its / standard, 3) if its else None, "tuned": bool(choice.options.get("tuned")),
+                "budget_factor": round(its / standard, 3) if its else None, "tuned": tuned,
                 "converged": (all(known) if known else None)})
     return out
 
@@ -141,6 +142,8 @@ class Auditor:
                        if (override or not cfg.attacks) else [])
             if not cfg.attacks:
                 choices = choices + threats.exact_attacks(self.model, scenario.protocol, scenario.samples, seed=cfg.seed)
+            tuning_records = self.tune(choices, scenario, plan, prefix) if cfg.tune else {}
+            choices = [tuned_choice(c, tuning_records[c.name]) if c.name in tuning_records else c for c in choices]
             entry = {"text": describe(scenario.protocol, scenario.samples, plan.secagg),
                      "protocol": scenario.protocol.to_json(), "num_samples": scenario.samples,
                      "clients_per_target": plan.secagg, "targets": len(groups), "attacks": {}}
@@ -166,7 +169,9 @@ class Auditor:
                     if t == 0:
                         result.examples[(scenario.key, choice.title)] = _example(rec, truth, self.spec, scores)
                 summary = _summarize(per_target, seconds, choice)
-                summary.update(evidence_fields(choice, recs, cfg.iterations))
+                summary.update(evidence_fields(choice, recs, cfg.iterations, tuned=choice.name in tuning_records))
+                if choice.name in tuning_records:
+                    summary["tuning"] = tuning_records[choice.name]
                 entry["attacks"][choice.name] = summary
                 honest_scores[f"{scenario.key}: {choice.title} [{choice.name}]"] = summary
             if plan.dp:
@@ -183,14 +188,29 @@ class Auditor:
                 **judge_evidence({f"{mal['title']} [{mal['attack']}]": mal}, knowledge=self.knowledge(plan, True))}
         return result
 
+    def tune(self, choices, scenario: Scenario, plan: Plan, prefix: str) -> dict:
+        """Tune each optimization attack on surrogate clients (:mod:`.tuning`); never on the audited pool."""
+        from .tuning import tune
+
+        public = [c.subset(scenario.samples).to(self.device) for c in getattr(self, "public", [])]
+        records = {}
+        for choice in choices:
+            if choice.name in threats.EXACT_ATTACKS:
+                continue
+            records[choice.name] = tune(choice, self.model, self.spec, scenario.protocol, public,
+                                        trials=self.config.tune, seed=self.config.seed, defense=plan.defense,
+                                        progress=lambda text: _event(self.progress, f"{prefix}{scenario.key}: {text}"))
+        return records
+
     def knowledge(self, plan: Plan, malicious: bool) -> dict:
         """The assumptions behind a verdict: threat model (SoK letter), BatchNorm mode, labels, protocol."""
         from ..fl.client import has_batchnorm
 
         first = plan.scenarios[0].protocol
         bn = ("train" if first.train_mode else "eval") if has_batchnorm(self.model) else "no BatchNorm"
-        return {"threat_model_sok": sok_letter(malicious, False, True),
-                "sok_dimensions": {"modifies the model": malicious, "uses auxiliary data": False,
+        auxiliary = bool(self.config.tune) and not malicious
+        return {"threat_model_sok": sok_letter(malicious, auxiliary, True),
+                "sok_dimensions": {"modifies the model": malicious, "uses auxiliary data": auxiliary,
                                    "knows training details": True},
                 "batchnorm": bn, "labels": "inferred from the update (never the truth)",
                 "secure_aggregation_clients": plan.secagg}
