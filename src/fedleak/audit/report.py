@@ -121,6 +121,22 @@ def epsilon_text(point: dict) -> Optional[str]:
     return "; ".join(parts) or None
 
 
+def _tuning_text(point: dict) -> list[str]:
+    """One paragraph per tuned attack: surrogate clients, trials, default vs best PSNR, chosen settings."""
+    lines = []
+    for key, scenario in point.get("scenarios", {}).items():
+        for name, summary in scenario.get("attacks", {}).items():
+            t = summary.get("tuning") if isinstance(summary, dict) else None
+            if not t:
+                continue
+            chosen = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in t["options"].items())
+            lines.append(f"{key}: {summary.get('title', name)} tuned with {len(t['trials'])} Optuna trials "
+                         f"({t['sampler']}) on {t['clients']} surrogate client(s) simulated from a disjoint split "
+                         f"(never the audited clients), in {t['seconds']:.1f} s: mean PSNR {t['default_psnr']:.2f} dB "
+                         f"at the default settings, {t['best_psnr']:.2f} dB at the chosen ones ({chosen}).")
+    return lines
+
+
 def _assumptions(tm: dict) -> str:
     a = tm.get("assumptions") or {}
     if not a:
@@ -184,6 +200,9 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
                           f'<p class="rule">Evidence: {html.escape(EVIDENCE_RULE)}</p>'))
     parts.append(_section("What to change", "what-to-change", _html_text("\n\n".join(result["what_to_change"]))))
     parts.append(_section("Setup", "setup", _html_text(_setup_text(result))))
+    tuning_lines = _tuning_text(first)
+    if tuning_lines:
+        parts.append(_section("Attack tuning", "tuning", _html_text("\n\n".join(tuning_lines))))
     shown = [0] if len(result["points"]) == 1 else [0, len(result["points"]) - 1]
     for index in shown:
         point = result["points"][index]
