@@ -297,9 +297,20 @@ def parse_defenses(specs) -> tuple[Defense, int, dict]:
                     keep.append(part)
             text = "dp-sgd:" + ",".join(keep)
         parsed = Defense.parse(text)
+        if _is_filter(parsed) or _is_filter(defense):  # update-level filters (NVFlare, Flower): one defense at a time
+            if (_is_filter(parsed) and (defense.active or _is_filter(defense))) or (_is_filter(defense) and parsed.active):
+                raise FedleakError(f"one defense at a time: got {defense.to_text()!r} and {text!r}")
+            defense = parsed if _is_filter(parsed) else defense
+            continue
         if parsed.active and defense.active:
             raise FedleakError(f"one per-example defense at a time: got {defense.to_text()!r} and {text!r}")
         defense = parsed if parsed.active else defense
     if "rounds" in privacy:
         privacy["rounds"] = _integer("dp-sgd rounds", privacy["rounds"], 1)
     return defense, secagg, privacy
+
+
+def _is_filter(defense) -> bool:
+    from ..fl.update_filters import UpdateFilter
+
+    return isinstance(defense, UpdateFilter)
