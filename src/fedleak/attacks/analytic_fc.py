@@ -93,6 +93,8 @@ class AnalyticFC(Attack):
             exactness["rank"] = rank
             if rank == 0:
                 why = "the layer's gradient is zero"
+            elif not bool((grad_b != 0).any()):
+                why = "the bias gradient is zero (a filter or pruning removed it): no row ratio exists"
             elif batch == 1 or rank == 1:
                 x = single_sample(grad_w, grad_b)
                 if batch != 1:

@@ -187,6 +187,10 @@ def finish(model: nn.Module, update: Update, spec: DataSpec, layer: str, first: 
     dtype = next(iter(update.server_params.values())).dtype
     device = next(iter(update.server_params.values())).device
     labels = None
+    if x is not None and not bool(torch.isfinite(x).all()):
+        x, grad_z = None, None
+        exactness["holds"] = False
+        exactness["reason"] = f"{exactness.get('reason', '')}; the recovered inputs are not finite".lstrip("; ")
     if x is not None and x.shape[0] > 0:
         xs = x.to(device=device, dtype=dtype)
         if grad_z is None:
