@@ -25,6 +25,13 @@ and the inputs are linearly independent); enough sparsity for B directions to be
 must be inactive for the sample, probability ≈ ½ each): a few thousand at B = 8, ~10⁵ at B = 16, ~10⁷ at
 B = 25 — past the CPU budget, where the attack reports the precondition as not met and why.
 
+**Measured failure mode below the budget limit** (CIFAR-100 b = 16, the digits at b = 8 for some clients):
+when sample l is active on every output where sample k is (active(k) ⊆ active(l)), no subset A isolates q_l
+(its null space contains q_k too), and the batches {x_l, x_k − t·x_l} with ∇z_l + t·∇z_k give the *same* ∇W
+and ∇b, with consistent ReLU patterns for an interval of t: this layer alone cannot decide t. The attack then
+returns the batch it has (most samples exact), reports which samples fail the ReLU test, and never marks it
+certain; settling t would need the gradient of the later layers (not implemented).
+
 **FedAvg.** The paper's FedAvg extension (SPEAR++) is not implemented: with several local steps ∇W sums
 gradients at different weights; a one-step FedAvg update is treated as FedSGD.
 """
