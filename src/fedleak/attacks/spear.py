@@ -21,8 +21,8 @@ NeurIPS 2024. With the PyTorch convention ``Z = X Wᵀ + b`` the FedSGD gradient
 
 **Precondition** (reported in ``extras["exactness"]``): a FedSGD (one-step) update; rank(∇W) = B (so B ≤ m, n
 and the inputs are linearly independent); enough sparsity for B directions to be found within
-``max_samples`` subsets. The expected number of subsets grows like 2^(B−1)·ln(B)/B (each of the B − 1 rows
-must be inactive for the sample, probability ≈ ½ each): a few thousand at B = 8, ~10⁵ at B = 16, ~10⁷ at
+``max_samples`` subsets. The expected number of subsets grows like 2^(B−1)·H_B (each of the B − 1 rows
+must be inactive for the sample, probability ≈ ½ each): ~350 at B = 8, ~10⁵ at B = 16, ~6·10⁷ at
 B = 25 — past the CPU budget, where the attack reports the precondition as not met and why.
 
 **Measured failure mode below the budget limit** (CIFAR-100 b = 16, the digits at b = 8 for some clients):
