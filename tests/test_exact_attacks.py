@@ -54,10 +54,10 @@ def test_spear_reports_failure_when_the_sampling_budget_is_too_small_for_the_bat
     rec = build("spear", max_samples=2048, chunk=1024).reconstruct(update, model, SPEC)
     assert rec.extras["certain"] is False  # 2^(B-1) growth: refused up front, with the expected count
     assert "sparse direction" in rec.extras["exactness"]["reason"] and "2^(B-1)" in rec.extras["exactness"]["reason"]
-    model, data = _setup(13, width=128)
+    model, data = _setup(13, width=128)  # ≈ 1.3e4 subsets expected: refused at 4,096
     update = client_update(model, data, Protocol("fedsgd"))
     rec = build("spear", max_samples=4096, chunk=1024).reconstruct(update, model, SPEC)
-    assert rec.extras["certain"] is False and rec.extras["exactness"]["subsets"] == 4096
+    assert rec.extras["certain"] is False and "max_samples = 4096" in rec.extras["exactness"]["reason"]
 
 
 def test_noise_defense_breaks_the_verification_so_nothing_is_certain():

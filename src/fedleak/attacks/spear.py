@@ -25,12 +25,14 @@ and the inputs are linearly independent); enough sparsity for B directions to be
 must be inactive for the sample, probability ≈ ½ each): ~350 at B = 8, ~10⁵ at B = 16, ~6·10⁷ at
 B = 25 — past the CPU budget, where the attack reports the precondition as not met and why.
 
-**Measured failure mode below the budget limit** (CIFAR-100 b = 16, the digits at b = 8 for some clients):
-when sample l is active on every output where sample k is (active(k) ⊆ active(l)), no subset A isolates q_l
-(its null space contains q_k too), and the batches {x_l, x_k − t·x_l} with ∇z_l + t·∇z_k give the *same* ∇W
-and ∇b, with consistent ReLU patterns for an interval of t: this layer alone cannot decide t. The attack then
-returns the batch it has (most samples exact), reports which samples fail the ReLU test, and never marks it
-certain; settling t would need the gradient of the later layers (not implemented).
+**Measured failure mode below the budget limit** (CIFAR-100, b = 16, seed 0): the samples with the fewest
+inactive outputs (119 of 256) need ~10⁵ subsets each to be hit (the coupon collector's tail), so 2·10⁵
+subsets found 14 of the 16 directions; the greedy selection filled the set with candidates that passed the
+sparsity filter but not the ReLU test. The attack then returns the batch it has (most samples exact),
+reports how many samples fail the ReLU test, and never marks it certain. With the default budget of 10⁶
+the same batch is found whole after 5·10⁵ subsets (50 s on one loaded CPU thread) and verified. (In principle a sample whose active
+outputs are nested in another's cannot be isolated at all: its null space is two-dimensional. None of the
+16 samples of this case is nested; checked against the ground truth.)
 
 **FedAvg.** The paper's FedAvg extension (SPEAR++) is not implemented: with several local steps ∇W sums
 gradients at different weights; a one-step FedAvg update is treated as FedSGD.
@@ -56,7 +58,7 @@ class SpearOptions(AttackOptions):
     """SPEAR's few settings (none needs tuning; they bound work and numerical tolerances)."""
 
     layer: str = ""
-    max_samples: int = 200_000
+    max_samples: int = 1_000_000
     chunk: int = 4096
     tau: float = 0.2
     zero_tol: float = 1e-6
@@ -190,9 +192,9 @@ class Spear(Attack):
     def _recover(self, grad_w, grad_b, batch: int, exactness: dict):
         o = self.options
         exactness["expected_subsets"] = expected_subsets(batch)
-        if exactness["expected_subsets"] > 4 * o.max_samples:
+        if exactness["expected_subsets"] > o.max_samples:
             return None, None, (f"batch {batch} needs about {expected_subsets(batch):.3g} random subsets to find every "
-                                f"sparse direction, over 4× the budget max_samples = {o.max_samples} (2^(B-1) growth)")
+                                f"sparse direction, over the budget max_samples = {o.max_samples} (2^(B-1) growth)")
         left, right = factorize(grad_w, batch)
         generator = torch.Generator().manual_seed(o.seed)
         weight, bias = self._weights
@@ -219,9 +221,9 @@ class Spear(Attack):
         if not done:
             failing = batch - exactness["relu_consistent_samples"]
             return x, grad_z, (f"{failing} of {batch} recovered samples fail the ReLU consistency test after "
-                               f"{stats['subsets']} subsets: their directions were not isolated (a sample whose "
-                               f"inactive outputs are nested in another's has no one-dimensional null space), so "
-                               f"the batch is returned unverified")
+                               f"{stats['subsets']} subsets: some directions were not found within the budget (samples "
+                               f"with few inactive outputs need the most subsets; raise max_samples), so the batch "
+                               f"is returned unverified")
         return x, grad_z, None
 
 
