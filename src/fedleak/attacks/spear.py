@@ -117,11 +117,14 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
         scale = column.abs().amax(dim=0).clamp_min(1e-300)
         zeros = (column.abs() <= opts.zero_tol * scale).sum(dim=0)
         keep = zeros >= need
+        before = len(found)
         for z, direction in zip(zeros[keep].tolist(), q[keep]):
             direction = direction / direction.norm()
             if not any(abs(float(direction @ other)) > 1 - 1e-6 for _, other in found) and \
                     not any(abs(float(direction @ other)) > 1 - 1e-6 for other in rejected):
                 found.append((z, direction))
+        if len(found) == before:
+            continue  # nothing new: the selection cannot change
         selected = greedy(found, batch)
         if len(selected) == batch:
             last_full = selected
