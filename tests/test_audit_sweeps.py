@@ -76,7 +76,9 @@ def test_dp_sigma_sweep_lowers_leakage_and_reports_opacus_epsilon(dp_sweep):
         assert eps["steps"] == ROUNDS and eps["sample_rate"] == 1.0
         assert eps["epsilon_rdp"] == pytest.approx(_opacus_epsilon(RDPAccountant(), p["value"], 1.0, ROUNDS, 1e-5))
     assert points[2]["epsilon"]["fedsgd"]["epsilon_rdp"] < points[1]["epsilon"]["fedsgd"]["epsilon_rdp"]
-    assert points[0]["verdicts"]["malicious"] == "high" and points[-1]["verdicts"]["honest-but-curious"] == "low"
+    # nothing found at the audit's quick budget is not low (issue 20: low needs tuned attacks at >= 4x the budget)
+    assert points[0]["verdicts"]["malicious"] == "high" and points[-1]["verdicts"]["honest-but-curious"] == "inconclusive"
+    assert points[-1]["threat_models"]["honest-but-curious"]["evidence"] == "not-found"
     assert any("= 1" in line for line in result["what_to_change"])
     assert set(result["plots"]) == {"psnr-distribution.png", "leakage-curve.png"}
 

@@ -13,7 +13,8 @@ from .config import KNOBS, AuditConfig
 #: flag destinations that map 1:1 onto AuditConfig keys
 _KEYS = ("model", "weights", "model_seed", "data", "data_root", "samples", "clients", "algorithm", "epochs",
          "batch_size", "lr", "static_batches", "rounds", "sample_rate", "delta", "sweep", "bins", "iterations",
-         "quick", "seed", "device", "seq_len", "lora", "lora_warmup", "text_field", "label_field")
+         "quick", "seed", "device", "seq_len", "lora", "lora_warmup", "text_field", "label_field", "tune",
+         "tune_clients")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", type=float, help="client learning rate η (default 0.004)")
     g.add_argument("--static-batches", action="store_true", default=None, help="no reshuffling between epochs")
     g.add_argument("--defense", action="append", metavar="SPEC",
-                   help="repeatable: gaussian:σ, laplacian:b, pruning:p, dp-sgd:clip=C,noise=σ, secagg:K")
+                   help="repeatable: gaussian:σ, laplacian:b, pruning:p, dp-sgd:clip=C,noise=σ, secagg:K; update filters: "
+                   "percentile:percentile=P,gamma=G, svt:fraction=F,epsilon=E,noise_var=V,gamma=G,tau=T (NVFlare), "
+                   "flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D, flower-central-dp:noise=σ,clip=C,clients=K")
     g.add_argument("--rounds", type=int, help="DP-SGD: rounds a client takes part in (default 1)")
     g.add_argument("--sample-rate", type=float, help="DP-SGD: per-step sampling rate q (default batch size / N)")
     g.add_argument("--delta", type=float, help="DP-SGD: δ of the (ε, δ) guarantee (default 1e-5)")
@@ -54,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bins", type=int, help="imprint bins of the malicious server (default 64)")
     g.add_argument("--iterations", type=int, help="optimization steps of every attack (default: per attack)")
     g.add_argument("--quick", action="store_true", default=None, help="short attack budgets (under a minute)")
+    g.add_argument("--tune", type=int, metavar="TRIALS",
+                   help="tune every optimization attack with TRIALS Optuna trials on surrogate clients simulated "
+                        "from a disjoint split of the data (never the audited clients); default 0 (off)")
+    g.add_argument("--tune-clients", type=int, help="surrogate clients the tuner simulates (default 2)")
     g.add_argument("--seed", type=int)
     g.add_argument("--device", help="cpu (default), cuda, cuda:1, mps")
     g.add_argument("--quiet", action="store_true", help="no progress output")

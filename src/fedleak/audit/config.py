@@ -159,6 +159,8 @@ class AuditConfig:
     lora_warmup: int = 0
     text_field: str = "text"
     label_field: str = "label"
+    tune: int = 0
+    tune_clients: int = 2
     extra: dict = field(default_factory=dict, repr=False)
 
     #: bounds of numeric keys (``fedleak.config.boundary``); a new key needs only its field above
@@ -171,6 +173,7 @@ class AuditConfig:
         "sample_rate": {"gt": 0, "le": 1}, "delta": {"gt": 0, "lt": 1},
         "bins": {"ge": 1, "le": 100_000}, "iterations": {"ge": 1, "le": 10_000_000},
         "seq_len": {"ge": 2, "le": 65_536}, "lora": {"ge": 1, "le": 4096}, "lora_warmup": {"ge": 0, "le": 1_000_000},
+        "tune": {"ge": 0, "le": 100_000}, "tune_clients": {"ge": 1, "le": 10_000},
     }
 
     def __post_init__(self) -> None:
@@ -242,6 +245,8 @@ class AuditConfig:
         _integer("bins", self.bins, 1)
         if self.iterations is not None:
             _integer("iterations", self.iterations, 1)
+        _integer("tune", self.tune, 0)
+        _integer("tune_clients", self.tune_clients, 1)
         defense, secagg, privacy = parse_defenses(self.defense)
         rounds = _integer("rounds", privacy.get("rounds", self.rounds), 1)
         sample_rate = privacy.get("sample_rate", self.sample_rate)
@@ -326,9 +331,20 @@ def parse_defenses(specs) -> tuple[Defense, int, dict]:
                     keep.append(part)
             text = "dp-sgd:" + ",".join(keep)
         parsed = Defense.parse(text)
+        if _is_filter(parsed) or _is_filter(defense):  # update-level filters (NVFlare, Flower): one defense at a time
+            if (_is_filter(parsed) and (defense.active or _is_filter(defense))) or (_is_filter(defense) and parsed.active):
+                raise FedleakError(f"one defense at a time: got {defense.to_text()!r} and {text!r}")
+            defense = parsed if _is_filter(parsed) else defense
+            continue
         if parsed.active and defense.active:
             raise FedleakError(f"one per-example defense at a time: got {defense.to_text()!r} and {text!r}")
         defense = parsed if parsed.active else defense
     if "rounds" in privacy:
         privacy["rounds"] = _integer("dp-sgd rounds", privacy["rounds"], 1)
     return defense, secagg, privacy
+
+
+def _is_filter(defense) -> bool:
+    from ..fl.update_filters import UpdateFilter
+
+    return isinstance(defense, UpdateFilter)

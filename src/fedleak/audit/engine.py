@@ -30,7 +30,8 @@ from . import threats
 from .config import AuditConfig, Plan, Scenario
 from .default import describe
 from .progress import optimizer_callback
-from .verdict import judge
+from .tuning import tuned_choice
+from .verdict import converged, judge, judge_evidence, sok_letter
 
 #: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies)
 VERBATIM_DB = 60.0
@@ -81,6 +82,26 @@ def _summarize(per_target: list[dict], seconds: float, choice) -> dict:
     return out
 
 
+def evidence_fields(choice, extras: list[dict], iterations, tuned: bool = False) -> dict:
+    """Per attack: exact or optimization, certain targets, precondition, budget, convergence (issue 20)."""
+    exact = choice.name in threats.EXACT_ATTACKS or choice.name in threats.TEXT_EXACT_ATTACKS
+    out = {"exact": exact, "labels": extras[0].get("label_strategy") if extras else None}
+    if exact:
+        first = dict(extras[0].get("exactness", {})) if extras else {}
+        first.pop("singular_values", None)
+        out.update({"certain_targets": sum(1 for e in extras if e.get("certain")),
+                    "precondition": first})
+        return out
+    standard = threats.BUDGETS.get(threats._family(choice.name), threats.DEFAULT_BUDGET)[0]
+    its = choice.options.get("iterations")
+    flags = [converged(e.get("loss_history")) for e in extras]
+    known = [f for f in flags if f is not None]
+    out.update({"iterations": its, "restarts": choice.options.get("restarts", 1),
+                "budget_factor": round(its / standard, 3) if its else None, "tuned": tuned,
+                "converged": (all(known) if known else None)})
+    return out
+
+
 def _example(rec: Reconstruction, truth: ClientData, spec: DataSpec, scores: dict) -> Example:
     originals = spec.denormalize(truth.inputs.detach().cpu().float())
     recs = spec.denormalize(rec.inputs.detach().cpu().float())
@@ -116,8 +137,9 @@ class Auditor:
             return text_audit.summarize(per_target, seconds, choice, exactness)
         return _summarize(per_target, seconds, choice)
 
-    def _judge(self, scores: dict) -> dict:
-        return text_audit.judge(scores) if self.text else judge(scores)
+    def _judge(self, scores: dict, knowledge: Optional[dict] = None) -> dict:
+        """The verdict and its evidence (:func:`.verdict.judge_evidence`); text is judged by exact sequences."""
+        return judge_evidence(scores, knowledge=knowledge, base=text_audit.judge(scores) if self.text else None)
 
     # -- targets -----------------------------------------------------------------------------
     def targets(self, plan: Plan, samples: int) -> list[list[ClientData]]:
@@ -155,6 +177,10 @@ class Auditor:
             choices = (threats.honest_attacks(scenario.key, override=override, quick=cfg.quick,
                                               iterations=cfg.iterations, seed=cfg.seed, text=self.text)
                        if (override or not cfg.attacks) else [])
+            if not cfg.attacks:
+                choices = choices + threats.exact_attacks(self.model, scenario.protocol, scenario.samples, seed=cfg.seed)
+            tuning_records = self.tune(choices, scenario, plan, prefix) if cfg.tune else {}
+            choices = [tuned_choice(c, tuning_records[c.name]) if c.name in tuning_records else c for c in choices]
             entry = {"text": describe(scenario.protocol, scenario.samples, plan.secagg),
                      "protocol": scenario.protocol.to_json(), "num_samples": scenario.samples,
                      "clients_per_target": plan.secagg, "targets": len(groups), "attacks": {}}
@@ -166,7 +192,7 @@ class Auditor:
                 updates.append((self.observe(self.model, group, scenario, plan, cfg.seed + t * plan.secagg),
                                 concatenate(group)))
             for choice in choices:
-                per_target, seconds, first_rec = [], 0.0, None
+                per_target, seconds, recs, first_rec = [], 0.0, [], None
                 for t, (update, truth) in enumerate(updates):
                     stage = f"{prefix}{scenario.key}: {choice.title}" + (f", target {t + 1}/{len(updates)}"
                                                                          if len(updates) > 1 else "")
@@ -178,24 +204,55 @@ class Auditor:
                     scores = self._evaluate(rec, truth)
                     scores["target"] = truth.client_id
                     per_target.append(scores)
+                    recs.append(rec.extras)
                     if t == 0:
                         first_rec = rec
                         result.examples[(scenario.key, choice.title)] = self._example(rec, truth, scores)
                 summary = self._summarize(per_target, seconds, choice, first_rec)
+                summary.update(evidence_fields(choice, recs, cfg.iterations, tuned=choice.name in tuning_records))
+                if choice.name in tuning_records:
+                    summary["tuning"] = tuning_records[choice.name]
                 entry["attacks"][choice.name] = summary
                 honest_scores[f"{scenario.key}: {choice.title} [{choice.name}]"] = summary
             if plan.dp:
                 result.data["epsilon"][scenario.key] = self.epsilon(plan, scenario)
             result.data["scenarios"][scenario.key] = entry
         result.data["threat_models"][threats.HONEST] = {"description": threats.THREAT_MODELS[threats.HONEST],
-                                                        **self._judge(honest_scores)}
+                                                        **self._judge(honest_scores, self.knowledge(plan, False))}
         if cfg.malicious:
             mal = self.malicious(plan, malicious_override[0] if malicious_override else None, prefix, result)
             result.data["scenarios"]["malicious"] = mal
             result.data["threat_models"][threats.MALICIOUS] = {
                 "description": threats.THREAT_MODELS[threats.MALICIOUS],
-                **self._judge({f"{mal['title']} [{mal['attack']}]": mal})}
+                **self._judge({f"{mal['title']} [{mal['attack']}]": mal}, self.knowledge(plan, True))}
         return result
+
+    def tune(self, choices, scenario: Scenario, plan: Plan, prefix: str) -> dict:
+        """Tune each optimization attack on surrogate clients (:mod:`.tuning`); never on the audited pool."""
+        from .tuning import tune
+
+        public = [c.subset(scenario.samples).to(self.device) for c in getattr(self, "public", [])]
+        records = {}
+        for choice in choices:
+            if choice.name in threats.EXACT_ATTACKS:
+                continue
+            records[choice.name] = tune(choice, self.model, self.spec, scenario.protocol, public,
+                                        trials=self.config.tune, seed=self.config.seed, defense=plan.defense,
+                                        progress=lambda text: _event(self.progress, f"{prefix}{scenario.key}: {text}"))
+        return records
+
+    def knowledge(self, plan: Plan, malicious: bool) -> dict:
+        """The assumptions behind a verdict: threat model (SoK letter), BatchNorm mode, labels, protocol."""
+        from ..fl.client import has_batchnorm
+
+        first = plan.scenarios[0].protocol
+        bn = ("train" if first.train_mode else "eval") if has_batchnorm(self.model) else "no BatchNorm"
+        auxiliary = bool(self.config.tune) and not malicious
+        return {"threat_model_sok": sok_letter(malicious, auxiliary, True),
+                "sok_dimensions": {"modifies the model": malicious, "uses auxiliary data": auxiliary,
+                                   "knows training details": True},
+                "batchnorm": bn, "labels": "inferred from the update (never the truth)",
+                "secure_aggregation_clients": plan.secagg}
 
     def epsilon(self, plan: Plan, scenario: Scenario) -> dict:
         """ε(δ) of the DP-SGD client over the federation's rounds (Opacus's RDP and PRV accountants)."""

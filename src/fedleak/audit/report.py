@@ -18,7 +18,7 @@ from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
 from . import figures
 from . import text_report
 from .threats import HONEST, MALICIOUS
-from .verdict import COLOURS, RULE
+from .verdict import COLOURS, EVIDENCE_RULE, RULE, evidence_sentence
 
 #: JSON key -> column title
 COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "psnr": "Mean PSNR (dB)", "ssim": "SSIM",
@@ -113,6 +113,11 @@ def what_to_change(result: dict) -> list[str]:
     else:
         lines.append(f"No value of {knob} in this sweep ({', '.join(f'{v:g}' for v in sweep['values'])}) brings the "
                      "verdict to low; extend the sweep (stronger defense, more clients per aggregate) and rerun.")
+    inconclusive = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "inconclusive"]
+    if inconclusive:
+        lines.append(f"At {' and '.join(f'{knob} = {v:g}' for v in inconclusive)} no attack succeeded, but only at the "
+                     "audit's budget: that is not found, not low (low requires tuned attacks at ≥ 4× the default "
+                     "budget and every exact attack's precondition failing; raise --iterations).")
     for p in result["points"]:
         eps = epsilon_text(p)
         if eps and p["threat_models"][HONEST]["verdict"] == "low":
@@ -129,6 +134,30 @@ def epsilon_text(point: dict) -> Optional[str]:
     return "; ".join(parts) or None
 
 
+def _tuning_text(point: dict) -> list[str]:
+    """One paragraph per tuned attack: surrogate clients, trials, default vs best PSNR, chosen settings."""
+    lines = []
+    for key, scenario in point.get("scenarios", {}).items():
+        for name, summary in scenario.get("attacks", {}).items():
+            t = summary.get("tuning") if isinstance(summary, dict) else None
+            if not t:
+                continue
+            chosen = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in t["options"].items())
+            lines.append(f"{key}: {summary.get('title', name)} tuned with {len(t['trials'])} Optuna trials "
+                         f"({t['sampler']}) on {t['clients']} surrogate client(s) simulated from a disjoint split "
+                         f"(never the audited clients), in {t['seconds']:.1f} s: mean PSNR {t['default_psnr']:.2f} dB "
+                         f"at the default settings, {t['best_psnr']:.2f} dB at the chosen ones ({chosen}).")
+    return lines
+
+
+def _assumptions(tm: dict) -> str:
+    a = tm.get("assumptions") or {}
+    if not a:
+        return "not recorded"
+    return (f"threat model {a.get('threat_model_sok')} (SoK of Carletti et al. 2025, as mapped in fedleak.audit.verdict), "
+            f"BatchNorm {a.get('batchnorm')}, labels {a.get('labels')}")
+
+
 def _verdict_boxes(point: dict) -> str:
     boxes = []
     for name, tm in point["threat_models"].items():
@@ -136,7 +165,9 @@ def _verdict_boxes(point: dict) -> str:
         boxes.append(f'<div class="verdict" style="background:{colour}" data-verdict="{html.escape(tm["verdict"])}">'
                      f'<div>{html.escape(THREAT_TITLES[name])}</div>'
                      f'<div class="level">{html.escape(tm["verdict"].upper())} leakage</div>'
-                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False))}</p></div>')
+                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False))}</p>'
+                     f'<p class="evidence">Evidence — {html.escape(evidence_sentence(tm))}. Assumptions: '
+                     f'{html.escape(_assumptions(tm))}.</p></div>')
     return '<div class="verdicts" id="verdicts">' + "".join(boxes) + "</div>"
 
 
@@ -179,9 +210,13 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     parts = []
     verdict_html = _sweep_verdict_table(result) if result.get("sweep") else _verdict_boxes(first)
     parts.append(_section("Verdict", "verdict", verdict_html,
-                          f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>'))
+                          f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>',
+                          f'<p class="rule">Evidence: {html.escape(EVIDENCE_RULE)}</p>'))
     parts.append(_section("What to change", "what-to-change", _html_text("\n\n".join(result["what_to_change"]))))
     parts.append(_section("Setup", "setup", _html_text(_setup_text(result))))
+    tuning_lines = _tuning_text(first)
+    if tuning_lines:
+        parts.append(_section("Attack tuning", "tuning", _html_text("\n\n".join(tuning_lines))))
     shown = [0] if len(result["points"]) == 1 else [0, len(result["points"]) - 1]
     for index in shown:
         point = result["points"][index]

@@ -124,6 +124,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     show = reporter(progress)
     try:
         auditor = Auditor(cfg, spec, model, pool, device, show)
+        if cfg.tune:
+            auditor.public = surrogate_clients(cfg, pool, max_samples)
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
@@ -228,3 +230,22 @@ def _log_summary(log, result: dict, out: Path) -> None:
             log(f"DP: {eps}")
     log("\nWhat to change: " + " ".join(result["what_to_change"]))
     log(f"report: {out / 'report.html'}  metrics: {out / 'metrics.json'}")
+
+
+def surrogate_clients(cfg, pool: list, samples: int) -> list:
+    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool."""
+    from .tuning import check_disjoint
+
+    try:
+        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=cfg.tune_clients, samples_per_client=samples,
+                              seed=cfg.seed + 1, split="test")
+    except FedleakError:
+        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=len(pool) + cfg.tune_clients,
+                              samples_per_client=samples, seed=cfg.seed + 1)
+        public = public[len(pool):]
+    public = [c for c in public if len(c) >= samples][: cfg.tune_clients]
+    if not public:
+        raise FedleakError(f"--tune: dataset {cfg.data!r} has no surrogate client with {samples} samples "
+                           f"outside the audited ones")
+    check_disjoint(public, pool)
+    return public

@@ -113,3 +113,34 @@ def text_attacks(algorithm: str) -> list[str]:
         raise FedleakError(f"no text attack ({', '.join(TEXT_HONEST_ATTACKS[algorithm])}) is registered in this "
                            f"installation; name one with --attacks")
     return names
+
+
+# -- exact attacks (issue 20) -----------------------------------------------------------------
+#: exact attacks the audit adds by itself where their precondition can hold
+EXACT_ATTACKS = ("analytic-fc", "spear")
+#: text attacks whose recoveries are verified against the gradient spans (certain when their precondition holds)
+TEXT_EXACT_ATTACKS = ("dager",)
+TITLES.update({"spear": "SPEAR (exact, verified)", "analytic-fc": "row/bias ratio (exact, verified)"})
+
+
+def exact_applicable(model, protocol, samples: int) -> Optional[str]:
+    """Why no exact attack applies (``None`` when one can): the first layer must be linear with a bias
+    (``--model mlp``) and the update one gradient step (FedSGD, or FedAvg with a single step)."""
+    from torch import nn
+
+    from ..types.params import layers
+
+    found = layers(model)
+    module = model.get_submodule(found[0].module) if found else None
+    if not isinstance(module, nn.Linear) or module.bias is None:
+        return "the model's first layer is not a linear layer with a bias"
+    if protocol.num_steps(samples) != 1:
+        return f"{protocol.num_steps(samples)} local steps (exact attacks need one gradient step)"
+    return None
+
+
+def exact_attacks(model, protocol, samples: int, *, seed: int = 0) -> list[AttackChoice]:
+    """The exact attack that fits: the row/bias ratio for one sample, SPEAR for a batch (none if inapplicable)."""
+    if exact_applicable(model, protocol, samples) is not None:
+        return []
+    return [choose("analytic-fc" if samples == 1 else "spear", quick=False, iterations=None, seed=seed)]

@@ -52,6 +52,118 @@ def judge(attack_scores: dict) -> dict:
 
 
 def worst(verdicts) -> str:
-    """The most severe of several verdicts ("not run" ignored)."""
-    ranked = [v for v in verdicts if v in LEVELS]
-    return max(ranked, key=LEVELS.index) if ranked else "not run"
+    """The most severe of several verdicts ("not run" ignored; ``inconclusive`` ranks above ``low``)."""
+    ranked = [v for v in verdicts if v in RANKED]
+    return max(ranked, key=RANKED.index) if ranked else "not run"
+
+
+# ----------------------------------------------------------------------------------------------
+# Evidence (issue 20): what kind of result backs each threat model's verdict.
+#
+# * ``proved``    — an exact attack (SPEAR, the row/bias ratio) whose precondition held: its recoveries were
+#                   verified by recomputing the update from them, so they are certain, not estimated;
+# * ``estimated`` — an optimization attack reconstructed images recognizably or partially (Rec% / PSNR);
+# * ``not-found`` — no attack succeeded at the stated budget.
+#
+# ``low`` needs more than "not found": every exact attack's precondition must have failed (or no exact
+# attack applies) AND every optimization attack must have been tuned and run at ≥ 4× its default budget.
+# Otherwise the verdict is ``inconclusive`` and the evidence lists what was not tried.
+
+EVIDENCE = ("proved", "estimated", "not-found")
+BUDGET_FACTOR_FOR_LOW = 4.0
+RANKED = ("low", "inconclusive", "medium", "high")
+COLOURS["inconclusive"] = "#6941c6"
+EVIDENCE_RULE = (
+    "evidence: proved when an exact attack's precondition held and its recovery was verified (the update "
+    "recomputed from the recovered inputs and labels matches the one sent); estimated when an optimization "
+    "attack succeeded; not-found otherwise, with the budget. low only when every exact attack's precondition "
+    f"fails and every optimization attack was tuned and run at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget; "
+    "otherwise a not-found result is inconclusive. A verdict is never a statement that a deployment is safe.")
+
+#: threat models in the A–H letters of the SoK of Carletti et al. 2025 (gradient inversion in FL), as fedleak
+#: maps them: the letter is read off three binary choices, in this order — does the server modify the model
+#: or protocol it sends (malicious) or follow it (honest-but-curious); does it use auxiliary (public or
+#: surrogate) data; does it know the client's training details (batch size, epochs, lr, BatchNorm mode).
+#: fedleak's honest server knows the training details and uses public data only to tune (``--tune``).
+SOK_DIMENSIONS = ("modifies the model", "uses auxiliary data", "knows training details")
+
+
+def sok_letter(malicious: bool, auxiliary: bool, knows_training: bool = True) -> str:
+    """The A–H letter of a threat model from the three choices of :data:`SOK_DIMENSIONS` (A = 000 … H = 111)."""
+    return "ABCDEFGH"[4 * bool(malicious) + 2 * bool(auxiliary) + bool(knows_training)]
+
+
+def converged(losses, window: float = 0.25, rel: float = 0.01) -> "Optional[bool]":
+    """Loss plateau: over the last ``window`` of the logged losses the loss fell by at most ``rel`` (relative).
+
+    ``None`` when fewer than four losses were logged (nothing to judge).
+    """
+    values = [float(v) for v in (losses or []) if v is not None and v == v]
+    if len(values) < 4:
+        return None
+    tail = values[-max(2, int(len(values) * window)):]
+    drop = tail[0] - min(tail)
+    return bool(drop <= rel * max(abs(tail[0]), 1e-12))
+
+
+def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, base: Optional[dict] = None) -> dict:
+    """:func:`judge` plus the evidence behind it, from ``{display name: summary}``.
+
+    Each summary may carry ``exact`` (an exact attack), ``certain_targets`` / ``targets``, ``precondition``
+    (``{"holds", "reason"}``), ``budget_factor`` (iterations / default), ``tuned``, ``converged`` and
+    ``iterations``. ``knowledge`` (labels known or inferred, BatchNorm mode, SoK letter) is copied into
+    ``assumptions``. ``base``: the modality's own :func:`judge` result (text: exact sequences), if not images'.
+    """
+    base = base if base is not None else judge(attack_scores)
+    exact = {n: s for n, s in attack_scores.items() if s.get("exact")}
+    optim = {n: s for n, s in attack_scores.items() if not s.get("exact") and s.get("rec_percent") is not None}
+    proved = {n: s for n, s in exact.items() if s.get("certain_targets")}
+    budgets = {n: {"iterations": s.get("iterations"), "restarts": s.get("restarts"),
+                   "budget_factor": s.get("budget_factor"), "tuned": bool(s.get("tuned")),
+                   "converged": s.get("converged")} for n, s in optim.items()}
+    out = {**base, "assumptions": dict(knowledge or {}), "budgets": budgets,
+           "exact_attacks": {n: {"precondition_held": bool(s.get("certain_targets")),
+                                 "certain_targets": s.get("certain_targets", 0), "targets": s.get("targets"),
+                                 "reason": (s.get("precondition") or {}).get("reason")} for n, s in exact.items()},
+           "not_tried": []}
+    if base["verdict"] == "not run":
+        out["evidence"] = None
+        return out
+    if proved:
+        name = max(proved, key=lambda n: proved[n]["certain_targets"])
+        out.update({"evidence": "proved", "proved_by": name})
+        if base["verdict"] in ("low",):
+            out["verdict"] = "medium"  # a certain recovery of some target is never low leakage
+        return out
+    if base["verdict"] in ("high", "medium"):
+        out["evidence"] = "estimated"
+        return out
+    out["evidence"] = "not-found"
+    for n, b in budgets.items():
+        if not b["tuned"]:
+            out["not_tried"].append(f"{n}: not tuned (run with --tune)")
+        if (b["budget_factor"] or 0.0) < BUDGET_FACTOR_FOR_LOW:
+            factor = b["budget_factor"]
+            out["not_tried"].append(f"{n}: run at {factor if factor is not None else '?'}× the default budget, "
+                                    f"low requires ≥ {BUDGET_FACTOR_FOR_LOW:.0f}×")
+    if out["not_tried"]:
+        out["verdict"] = "inconclusive"
+    return out
+
+
+def evidence_sentence(record: dict) -> str:
+    """One line for the report: the verdict's evidence, budget and what was not tried (never "safe")."""
+    kind = record.get("evidence")
+    if kind == "proved":
+        ex = record["exact_attacks"][record["proved_by"]]
+        return (f"proved: {record['proved_by']} recovered {ex['certain_targets']} of {ex['targets']} target(s) "
+                f"exactly and verified them against the update")
+    if kind == "estimated":
+        return f"estimated: {record.get('strongest')} at its stated budget (optimization, not a proof)"
+    if kind == "not-found":
+        parts = [f"{n} at {b['iterations']} iterations" for n, b in record.get("budgets", {}).items()]
+        text = "not found at budget " + (", ".join(parts) if parts else "(no optimization attack)")
+        if record.get("not_tried"):
+            text += "; low requires: " + "; ".join(record["not_tried"])
+        return text
+    return "no attack ran"

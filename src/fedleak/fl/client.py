@@ -32,6 +32,7 @@ from ..errors import FedleakError
 from ..types.params import NORM_TYPES, buffers_of, check_finite, params_of
 from ..types import ClientData, Params, Protocol, Update
 from .defenses import Defense
+from .update_filters import UpdateFilter
 
 Schedule = list[list[torch.Tensor]]  # epochs × batches × sample indices
 
@@ -314,6 +315,8 @@ def client_update(
     if not isinstance(data, ClientData):
         raise FedleakError(f"client_update needs a fedleak.ClientData, got {type(data).__name__}")
     defense = Defense.parse(defense)
+    update_filter = defense if isinstance(defense, UpdateFilter) else None  # acts on the whole update (below)
+    defense = Defense() if update_filter is not None else defense
     server = params if params is not None else params_of(model)
     buffers = buffers if buffers is not None else buffers_of(model)
     check_finite(server, "model parameters")
@@ -336,9 +339,26 @@ def client_update(
                            f"(inputs {tuple(inputs.shape)}, labels {data.labels.min().item()}..{data.labels.max().item()}): "
                            f"{str(exc).splitlines()[0]}") from None
     meta = {"client_id": data.client_id, "seed": int(seed), "defense": defense.to_json(), **(metadata or {})}
+    if update_filter is not None:
+        return _filtered(update_filter, server, protocol, len(data), result, buffers, meta, generator)
     if protocol.algorithm == "fedsgd":
         return Update(server, protocol, len(data), gradient=result.grad_sum, buffers=buffers, metadata=meta)
     return Update(server, protocol, len(data), client_params=result.params, buffers=buffers, metadata=meta)
+
+
+def _filtered(update_filter, server: Params, protocol: Protocol, n: int, result, buffers, meta, generator) -> Update:
+    """The update after an update-level filter (:mod:`.update_filters`) on Δ = θᶜ − θˢ (−η·g for FedSGD)."""
+    if protocol.algorithm == "fedsgd":
+        delta = {k: -protocol.lr * g for k, g in result.grad_sum.items()}
+    else:
+        delta = {k: result.params[k] - server[k] for k in server}
+    filtered = update_filter.apply_update(delta, generator)
+    meta["defense"] = {**update_filter.to_json(), "epsilon": update_filter.spent(sum(v.numel() for v in delta.values()))}
+    if protocol.algorithm == "fedsgd":
+        return Update(server, protocol, n, gradient={k: -v / protocol.lr for k, v in filtered.items()},
+                      buffers=buffers, metadata=meta)
+    return Update(server, protocol, n, client_params={k: server[k] + v for k, v in filtered.items()},
+                  buffers=buffers, metadata=meta)
 
 
 def client_rounds(model: nn.Module, data: ClientData, protocol: Protocol, *, epochs: int = 2,

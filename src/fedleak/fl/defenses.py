@@ -81,7 +81,7 @@ class Defense:
         ``"dp-sgd:clip=1,noise=0.5"``, ``"none"`` or a dict."""
         if text is None:
             return cls()
-        if isinstance(text, Defense):
+        if isinstance(text, Defense) or type(text).__name__ == "UpdateFilter":
             return text
         if isinstance(text, dict):
             unknown = sorted(set(map(str, text)) - {"kind", "scale", "clip"})
@@ -110,8 +110,12 @@ class Defense:
             return cls(_PAPER_NAMES[match.group(1)], number)
         kind, _, rest = text.partition(":")
         kind = kind.strip().lower()
+        from .update_filters import FILTER_KINDS, UpdateFilter  # update-level defenses (NVFlare, Flower)
+
+        if kind in FILTER_KINDS:
+            return UpdateFilter.parse(text)
         if kind not in KINDS:
-            raise FedleakError(f"unknown defense {kind!r} in {text!r}; allowed: {', '.join(KINDS)}")
+            raise FedleakError(f"unknown defense {kind!r} in {text!r}; allowed: {', '.join(KINDS + FILTER_KINDS)}")
         scale, clip = 0.0, None
         for part in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, value = part.partition("=")
