@@ -70,6 +70,8 @@ def verdict_sentence(name: str, tm: dict, prefix: bool = True) -> str:
 
 def imprint_sentence(mal: dict) -> str:
     """The malicious result, stated once: verbatim count, Rec% threshold, Proposition 1's expectation."""
+    if mal.get("sentence"):
+        return mal["sentence"]
     n = mal["num_inputs"]
     return (f"The server ships a {mal['bins']}-bin imprint block ({mal['added_parameters']:,} parameters) in front of "
             f"the model. From the update it reads back {mal['verbatim_count']} of {n} images verbatim (PSNR above "

@@ -18,6 +18,7 @@ from ..errors import FedleakError
 from . import report
 from .config import AuditConfig
 from .engine import Auditor
+from .malicious import check as check_malicious
 from .model_loading import check_fits, prepare_model
 from .progress import reporter
 
@@ -71,6 +72,7 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
         raise FedleakError(f"client(s) {', '.join(short[:3])} of {cfg.data!r} hold fewer than {max_samples} samples")
     model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
     check_fits(model, pool[0].inputs, spec, cfg.model)
+    check_malicious(cfg, spec, plans)
     model = model.to(device)
     out = Path(out)
 

@@ -59,9 +59,10 @@ def check_budget(clients, bins, shape) -> None:
     numel = (int(shape[0]) + 1) * int(shape[1]) * int(shape[2])
     if clients * bins * numel > MAX_ENTRIES:
         most = MAX_ENTRIES // (bins * numel)
+        fix = (f"at --bins {bins} at most {most} clients fit" if most else
+               f"--bins at most {MAX_ENTRIES // (clients * numel)} for {clients} clients")
         raise FedleakError(f"loki: {clients} clients x {bins} bins per client (--bins) need an FC layer of "
-                           f"{clients * bins * numel:,} entries, above {MAX_ENTRIES:,}; at --bins {bins} at most "
-                           f"{most} clients fit")
+                           f"{clients * bins * numel:,} entries, above {MAX_ENTRIES:,}; {fix}")
 
 
 class Loki(nn.Module):
