@@ -18,6 +18,15 @@ mass that lies in rows dominated by one example (row D-SNR > 1). Attacks whose s
 for one input (sparse imprint bins, trap weights, LOKI's slice rows) raise it even where the whole
 layer is not dominated.
 
+The row variant misses cumulative imprint bins (a ReLU row fires for every input above its
+threshold; only the *difference* of two rows isolates one input, Fowl et al. Eq. 4). The *pair*
+variant (also ours) therefore pairs every row with the row whose per-example gradients are closest
+without being equal, and asks the same question of their difference: the share of the layer's
+gradient mass in rows whose difference is dominated by one example (a ±1 combination of two rows —
+the server's readout of cumulative bins, LOKI's slices and channel-mixed blocks alike). Computed on
+2-D weights of at most 2,048 rows, with per-example row gradients randomly projected to 32
+dimensions.
+
 Per-example gradients are computed one example at a time on a copy of the model (BatchNorm in
 train mode sees a batch of one, as it would in a client step of batch size 1; the model's own
 running statistics are not touched).
@@ -26,6 +35,7 @@ running statistics are not touched).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Optional
 
 import torch
@@ -38,10 +48,17 @@ from .inspect import Finding
 DSNR_THRESHOLD = 1.0
 #: share of a layer's gradient mass in rows dominated by one example above which rows are flagged
 ROW_SHARE_THRESHOLD = 0.5
+#: random projection size and the most rows of a 2-D weight for the pair test
+PROJECTION, MAX_PAIR_ROWS = 32, 2048
 
 
-def per_example_norms(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-    """name -> (B, rows) per-example gradient norms of each weight's rows (rows = first dimension)."""
+def per_example_norms(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
+                      projected: Optional[dict] = None) -> dict[str, torch.Tensor]:
+    """name -> (B, rows) per-example gradient norms of each weight's rows (rows = first dimension).
+
+    With a dict ``projected``, it also receives, for every 2-D weight of at most :data:`MAX_PAIR_ROWS`
+    rows, the per-example row gradients randomly projected to :data:`PROJECTION` dimensions
+    (Johnson–Lindenstrauss; for the pair test of :func:`measure`)."""
     if not isinstance(model, nn.Module):
         raise FedleakError(f"D-SNR needs a torch.nn.Module, got {type(model).__name__}")
     if inputs.shape[0] < 2 or inputs.shape[0] != labels.shape[0]:
@@ -54,13 +71,44 @@ def per_example_norms(model: nn.Module, inputs: torch.Tensor, labels: torch.Tens
     names = [n for n, p in probe.named_parameters() if p.requires_grad and p.dim() >= 2]
     params = [dict(probe.named_parameters())[n] for n in names]
     out: dict[str, list] = {n: [] for n in names}
+    generator = torch.Generator().manual_seed(0)
+    pairs = {n: torch.randn(p.shape[1], PROJECTION, generator=generator, dtype=torch.float64) / math.sqrt(PROJECTION)
+             for n, p in zip(names, params) if projected is not None and p.dim() == 2 and p.shape[0] <= MAX_PAIR_ROWS}
+    for n in pairs:
+        projected[n] = []
     for i in range(inputs.shape[0]):
         loss = nn.functional.cross_entropy(probe(inputs[i:i + 1]), labels[i:i + 1])
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         for n, p, g in zip(names, params, grads):
             g = torch.zeros_like(p) if g is None else g
             out[n].append(g.detach().double().flatten(1).norm(dim=1))
+            if n in pairs:
+                projected[n].append(g.detach().double() @ pairs[n].to(g.device))
+    if projected is not None:
+        for n in pairs:
+            projected[n] = torch.stack(projected[n])
     return {n: torch.stack(v) for n, v in out.items()}
+
+
+def pair_ratio(projected: torch.Tensor) -> torch.Tensor:
+    """Per row r: the dominance ratio (max_i / Σ_{j≠i}) of the per-example norms of G[r] − G[r*],
+    r* the row whose per-example gradients are closest to r's without being equal to them (a ±1
+    combination of two rows, the
+    readout of cumulative imprint bins, Fowl et al. Eq. 4). ``projected``: (B, rows, d)."""
+    b, k, _ = projected.shape
+    rows = projected.transpose(0, 1)  # (k, B, d)
+    ratios = torch.zeros(k, dtype=torch.float64)
+    if k < 2:
+        return ratios
+    flat = rows.reshape(k, -1)
+    distance = torch.cdist(flat, flat)
+    scale = flat.norm(dim=1)
+    # rows with the same per-example gradients are one row for this test (no information in their difference)
+    same = distance <= 1e-6 * torch.maximum(scale[:, None], scale[None, :])
+    distance[same] = float("inf")
+    partner = distance.argmin(1)
+    diff = (rows - rows[partner]).norm(dim=2)  # (k, B)
+    return _ratio(diff.T)
 
 
 def _ratio(norms: torch.Tensor) -> torch.Tensor:
@@ -74,24 +122,31 @@ def _ratio(norms: torch.Tensor) -> torch.Tensor:
 
 def measure(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> dict:
     """Per layer: SEER's D-SNR of the whole weight, and the row variant's dominated gradient share."""
-    layers = {}
-    for name, norms in per_example_norms(model, inputs, labels).items():
+    layers, projected = {}, {}
+    for name, norms in per_example_norms(model, inputs, labels, projected).items():
         whole = float(_ratio(norms.pow(2).sum(1).sqrt()[:, None])[0])
         rows = _ratio(norms)
         mass = norms.sum(0)
-        share = float(mass[rows > DSNR_THRESHOLD].sum() / mass.sum()) if float(mass.sum()) > 0 else 0.0
+        total = float(mass.sum())
+        share = float(mass[rows > DSNR_THRESHOLD].sum()) / total if total > 0 else 0.0
         layers[name] = {"dsnr": whole, "dominated_row_share": share, "rows": int(norms.shape[1]),
-                        "dominated_rows": int((rows > DSNR_THRESHOLD).sum())}
+                        "dominated_rows": int((rows > DSNR_THRESHOLD).sum()), "dominated_pair_share": 0.0}
+        if name in projected and total > 0:
+            pairs = pair_ratio(projected[name]) > DSNR_THRESHOLD
+            layers[name]["dominated_pair_share"] = float(mass[pairs].sum()) / total
     worst = max(layers.items(), key=lambda kv: kv[1]["dsnr"])
     rowworst = max(layers.items(), key=lambda kv: kv[1]["dominated_row_share"])
+    pairworst = max(layers.items(), key=lambda kv: kv[1]["dominated_pair_share"])
     return {"batch": int(inputs.shape[0]), "dsnr": worst[1]["dsnr"], "dsnr_layer": worst[0],
-            "dominated_row_share": rowworst[1]["dominated_row_share"], "row_layer": rowworst[0], "layers": layers}
+            "dominated_row_share": rowworst[1]["dominated_row_share"], "row_layer": rowworst[0],
+            "dominated_pair_share": pairworst[1]["dominated_pair_share"], "pair_layer": pairworst[0],
+            "layers": layers}
 
 
 def dsnr_findings(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, *,
                   threshold: float = DSNR_THRESHOLD, row_share: Optional[float] = ROW_SHARE_THRESHOLD) -> list[Finding]:
     """Findings (confidence 1) for layers above SEER's D-SNR threshold and, unless ``row_share`` is
-    None, layers whose dominated-row share exceeds ``row_share``."""
+    None, layers whose dominated-row or dominated-pair share exceeds ``row_share``."""
     result = measure(model, inputs, labels)
     findings = []
     for name, layer in result["layers"].items():
@@ -100,6 +155,12 @@ def dsnr_findings(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
                                     f"one example of the client's batch of {result['batch']} outweighs all the others "
                                     f"in this layer's gradient (D-SNR {layer['dsnr']:.3g} > {threshold:g}; SEER)",
                                     {"dsnr": layer["dsnr"], "batch": result["batch"]}))
+        if row_share is not None and layer["dominated_pair_share"] > row_share:
+            findings.append(Finding(name, "d-snr-pairs", 1.0,
+                                    f"{100 * layer['dominated_pair_share']:.0f}% of this layer's gradient mass lies in "
+                                    f"rows whose difference with their nearest row carries one example's gradient "
+                                    f"(above {100 * row_share:.0f}%; how cumulative imprint bins are read)",
+                                    {"dominated_pair_share": layer["dominated_pair_share"], "batch": result["batch"]}))
         if row_share is not None and layer["dominated_row_share"] > row_share:
             findings.append(Finding(name, "d-snr-rows", 1.0,
                                     f"{layer['dominated_rows']} of {layer['rows']} rows each carry one example's "
