@@ -57,20 +57,22 @@ def _data():
 def malicious(data, quick):
     seeds = range(1) if quick else range(2)
     front = [("digits", "lenet"), ("digits", "femnist-cnn"), ("photos", "cifar100-cnn"), ("photos", "resnet20")]
+    if quick:
+        front = [("digits", "lenet"), ("photos", "cifar100-cnn")]
     structures = [("cumulative", {}), ("sparse", {}), ("one-shot-sparse", {"structure": "one-shot", "one_shot": "sparse"}),
                   ("one-shot-cumulative", {"structure": "one-shot", "one_shot": "cumulative"}), ("cah", {})]
     for d, base in front:
         spec = data[d][0]
         for family, extra in structures:
             opts = {"structure": family, **extra}
-            for bins in (16, 64):
-                for linfunc in ("mean", "randn"):
+            for bins in ((64,) if quick else (16, 64)):
+                for linfunc in (("randn",) if quick else ("mean", "randn")):
                     for seed in seeds:
                         yield (f"imprint-{family}", f"{base}/{d}", d, lambda spec=spec, base=base, opts=opts, bins=bins,
                                linfunc=linfunc, seed=seed: imprint(fedleak.models.build(base, spec, seed=seed), spec,
                                                                    bins=bins, linfunc=linfunc, seed=seed, **opts))
     photos = data["photos"][0]
-    for position in ("layer1", "layer2"):
+    for position in (("layer2",) if quick else ("layer1", "layer2")):
         for structure in ("cumulative", "sparse"):
             for seed in seeds:
                 yield (f"deep-{structure}", f"resnet20@{position}/photos", "photos",
@@ -79,7 +81,7 @@ def malicious(data, quick):
                                structure=structure, position=position, linfunc="randn", seed=seed))
     for d, base in (("digits", "lenet"), ("photos", "cifar100-cnn")):
         spec = data[d][0]
-        for k in (4, 8):
+        for k in ((4,) if quick else (4, 8)):
             for structure, gain in (("cumulative", 1.0), ("sparse", 1e-3)):
                 for seed in seeds:
                     yield (f"loki-{structure}", f"{base}/{d} K={k}", d,
@@ -110,6 +112,8 @@ def malicious(data, quick):
 def honest(data, quick):
     zoo = [("femnist-cnn", "digits"), ("lenet", "digits"), ("mlp", "digits"), ("convnet", "digits"),
            ("cifar100-cnn", "photos"), ("resnet20", "photos"), ("convnet", "photos")]
+    if quick:
+        zoo = zoo[:3] + zoo[4:6]
     for name, d in zoo:
         spec, clients = data[d]
         for seed in (range(2) if quick else range(3)):
