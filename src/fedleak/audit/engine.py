@@ -177,6 +177,8 @@ class Auditor:
         from . import malicious as loki_audit
 
         names = [a for a in (self.config.attacks or ()) if a in MALICIOUS_NAMES] or [attack_name]
+        if len(names) > 1 and plan.secagg < 2:
+            names = [n for n in names if n != "loki"]  # LOKI needs an aggregate of K >= 2 clients
         if names == [None] and loki_audit.fits(plan, self.spec, self.config.bins):
             names.append("loki")
         summaries = [loki_audit.loki_summary(self, plan, prefix, result) if name == "loki"

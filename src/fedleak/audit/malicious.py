@@ -32,10 +32,14 @@ COMPARED_KEYS = ("attack", "title", "verbatim_count", "verbatim_percent", "rec_p
 
 
 def check(cfg, spec, plans) -> None:
-    """Before any work: ``--attacks loki`` needs K ≥ 2 at every point and a LOKI layer that fits."""
+    """Before any work: ``--attacks loki`` needs K ≥ 2 (at every point, unless another malicious attack
+    is named for the points of a sweep without secure aggregation) and a LOKI layer that fits."""
     if not cfg.attacks or "loki" not in cfg.attacks or not cfg.malicious:
         return
+    others = [a for a in cfg.attacks if a in ("imprint", "imprint-sparse", "imprint-one-shot", "cah")]
     for plan in plans:
+        if plan.secagg < 2 and others and any(p.secagg >= 2 for p in plans):
+            continue  # a sweep point without secure aggregation: the other malicious attacks run there
         if plan.secagg < 2:
             raise FedleakError("--attacks loki attacks a secure aggregate of several clients (each gets its own "
                                f"model): give --defense secagg:K with K >= 2 (got K = {plan.secagg})")
