@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--batches", default="64,256")
+    parser.add_argument("--honest-iterations", type=int, default=None,
+                        help="Inverting Gradients on the honest model at batch <= 64 (default: --iterations; 0 skips)")
     parser.add_argument("--root", default=os.environ.get("FEDLEAK_CIFAR100", str(ROOT)))
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
@@ -68,11 +70,12 @@ def main() -> None:
             trials.append(row)
             print(size, row, flush=True)
         honest = None
-        if size <= 64:
+        honest_iterations = args.iterations if args.honest_iterations is None else args.honest_iterations
+        if size <= 64 and honest_iterations:
             batch = pool[0].subset(size)
             model = fedleak.models.build("cifar100-cnn", spec, seed=0)
             tick = time.perf_counter()
-            rec = fedleak.attacks.build("inverting-gradients", iterations=args.iterations, labels="known").reconstruct(
+            rec = fedleak.attacks.build("inverting-gradients", iterations=honest_iterations, labels="known").reconstruct(
                 client_update(model, batch, Protocol("fedsgd"), metadata={"labels": batch.labels.tolist()}), model, spec)
             scores = fedleak.metrics.evaluate(rec, batch, spec)
             honest = {"psnr_mean": scores["psnr"], "best_psnr": max(p for p in scores["psnr_per_input"] if p is not None),
@@ -84,7 +87,7 @@ def main() -> None:
                               "mean_psnr": sum(r["psnr"] for r in done) / len(done) if done else None,
                               "random_target_once_mean": sum(r["random_target_once"] for r in trials) / len(trials),
                               "honest_inverting_gradients": honest}
-    out = {"results": results, "iterations": args.iterations, "model": "cifar100-cnn (untrained)",
+    out = {"results": results, "iterations": args.iterations, "honest_iterations": honest_iterations, "model": "cifar100-cnn (untrained)",
            "data": "CIFAR-100 test split (exact subset)", "seconds": round(time.time() - start, 1),
            "threads": torch.get_num_threads(), "load_average": os.getloadavg(), "device": "cpu",
            "date": datetime.datetime.utcnow().isoformat() + "Z", "torch": torch.__version__,

@@ -34,6 +34,10 @@ COMPARED_KEYS = ("attack", "title", "verbatim_count", "verbatim_percent", "rec_p
 def check(cfg, spec, plans) -> None:
     """Before any work: ``--attacks loki`` needs K ≥ 2 (at every point, unless another malicious attack
     is named for the points of a sweep without secure aggregation) and a LOKI layer that fits."""
+    if cfg.attacks and "fishing" in cfg.attacks:
+        raise FedleakError("--attacks fishing: class fishing is not an audit attack (it needs the server's fishing "
+                           "model); use fedleak.models.fishing.fishing with fedleak.attacks.build('fishing') "
+                           "(docs/malicious.md)")
     if not cfg.attacks or "loki" not in cfg.attacks or not cfg.malicious:
         return
     others = [a for a in cfg.attacks if a in ("imprint", "imprint-sparse", "imprint-one-shot", "cah")]
