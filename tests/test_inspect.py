@@ -101,8 +101,21 @@ def test_cli_exit_codes(digits, tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "bad.safetensors"), "--json"]) == 1
     assert '"suspicious": true' in capsys.readouterr().out
     for argv in (["inspect", str(tmp_path / "junk.safetensors")], ["inspect", str(tmp_path / "missing.safetensors")],
-                 ["inspect", str(tmp_path / "bad.safetensors"), "--model", "lenet"],
                  ["inspect", str(tmp_path / "honest.safetensors"), "--threshold", "2"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("fedleak: error:") and err.count("\n") == 1, err
+
+
+def test_cli_structure_differs_is_a_finding_and_empty_files_get_no_verdict(digits, tmp_path, capsys):
+    """Issue 23 item 4 / issue 21 item 7: a mismatched structure is exit 1; nothing inspectable is exit 2."""
+    spec, _ = digits
+    bad = imprint(fedleak.models.build("femnist-cnn", spec, seed=0), spec, bins=16)
+    save_file({k: v.contiguous() for k, v in bad.state_dict().items()}, str(tmp_path / "evil.safetensors"))
+    assert main(["inspect", str(tmp_path / "evil.safetensors"), "--model", "femnist-cnn", "--data", "digits"]) == 1
+    out = capsys.readouterr().out
+    assert "structure differs: 8 missing, 10 unexpected, 0 reshaped" in out and "suspicious" in out
+    save_file({"scale": torch.ones(3), "count": torch.zeros(1)}, str(tmp_path / "vectors.safetensors"))
+    assert main(["inspect", str(tmp_path / "vectors.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "inspected nothing" in err and err.count("\n") == 1

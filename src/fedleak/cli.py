@@ -167,17 +167,12 @@ def cmd_report(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from .fl.inspect import check_architecture, inspect_state, load_state
+    from .fl.inspect_file import inspect_file
 
-    state = load_state(args.model_file)
-    if args.model:
-        from . import models
-        from .data import spec_for
-
-        check_architecture(state, models.build(args.model, spec_for(args.data, root=args.data_root)))
-    inspection = inspect_state(state, args.threshold)
+    inspection, dsnr = inspect_file(args.model_file, model=args.model, data=args.data, data_root=args.data_root,
+                                    threshold=args.threshold, dsnr_batch=args.dsnr_batch)
     if args.json:
-        print(json.dumps(inspection.to_json(), indent=1))
+        print(json.dumps({**inspection.to_json(), "dsnr": dsnr}, indent=1))
     else:
         for finding in inspection.findings:
             print(f"  {finding.line()}")
@@ -303,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root")
     p.add_argument("--threshold", type=float, default=0.5, help="confidence at which a finding is suspicious")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--dsnr-batch", type=int, default=16, help="with --model: examples of --data for SEER's D-SNR "
+                   "check (0 skips it)")
     p.set_defaults(func=cmd_inspect)
 
     for name, text in (("presets", "list paper presets"), ("attacks", "list attacks and variants"),

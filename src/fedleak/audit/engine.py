@@ -35,7 +35,7 @@ from .verdict import converged, judge, judge_evidence, sok_letter
 
 #: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies)
 VERBATIM_DB = 60.0
-MALICIOUS_NAMES = ("imprint", "imprint-sparse", "imprint-one-shot", "cah")
+MALICIOUS_NAMES = ("imprint", "imprint-sparse", "imprint-one-shot", "cah", "loki")
 SUMMARY_KEYS = ("psnr", "ssim", "rec_percent", "iip", "label_count_error")
 
 
@@ -270,6 +270,23 @@ class Auditor:
 
     # -- malicious server ------------------------------------------------------------------------
     def malicious(self, plan: Plan, attack_name: Optional[str], prefix: str, result: PointResult) -> dict:
+        """The malicious server's strongest attack that fits the protocol and K (:mod:`.malicious`).
+
+        ``--attacks`` naming malicious attacks (``loki``, ``imprint``, ``cah``, ...): those; none named: the
+        imprint block, and under ``secagg:K`` (K ≥ 2) also LOKI; with several, the strongest is kept.
+        """
+        from . import malicious as loki_audit
+
+        names = [a for a in (self.config.attacks or ()) if a in MALICIOUS_NAMES] or [attack_name]
+        if len(names) > 1 and plan.secagg < 2:
+            names = [n for n in names if n != "loki"]  # LOKI needs an aggregate of K >= 2 clients
+        if names == [None] and loki_audit.fits(plan, self.spec, self.config.bins):
+            names.append("loki")
+        summaries = [loki_audit.loki_summary(self, plan, prefix, result) if name == "loki"
+                     else self.imprint_malicious(plan, name, prefix, result) for name in names]
+        return summaries[0] if len(summaries) == 1 else loki_audit.strongest(summaries, result)
+
+    def imprint_malicious(self, plan: Plan, attack_name: Optional[str], prefix: str, result: PointResult) -> dict:
         """Robbing the Fed: an imprint block in front of the model, inputs read back from the update.
 
         The clients run the first scenario's protocol on as many samples as the largest scenario;

@@ -83,6 +83,8 @@ def imprint_sentence(mal: dict) -> str:
     """The malicious result, stated once: verbatim count, Rec% threshold, Proposition 1's expectation."""
     if text_report.is_text(mal):
         return text_report.imprint_sentence(mal)
+    if mal.get("sentence"):
+        return mal["sentence"]
     n = mal["num_inputs"]
     return (f"The server ships a {mal['bins']}-bin imprint block ({mal['added_parameters']:,} parameters) in front of "
             f"the model. From the update it reads back {mal['verbatim_count']} of {n} images verbatim (PSNR above "

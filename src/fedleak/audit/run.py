@@ -24,6 +24,7 @@ from . import report
 from . import text as text_audit
 from .config import AuditConfig
 from .engine import Auditor
+from .malicious import check as check_malicious
 from .model_loading import check_fits, prepare_model
 from .progress import reporter
 
@@ -119,6 +120,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     else:
         model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
         check_fits(model, pool[0].inputs, spec, cfg.model)
+        check_malicious(cfg, spec, plans)
         model = model.to(device)
 
     show = reporter(progress)

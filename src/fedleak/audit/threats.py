@@ -43,7 +43,7 @@ FIXED = {"inverting-gradients": {"tv": 1e-3}, "dimitrov": {"labels": "reclabels"
 TITLES = {"inverting-gradients": "Inverting Gradients", "dimitrov": "Dimitrov et al. (simulation + epoch prior)",
           "agic": "AGIC", "awa-no-bo": "AWA", "awa": "AWA (Bayesian-optimized weights)",
           "dimitrov-shared": "shared-image simulation (IG's FedAvg attack)", "imprint": "Robbing the Fed imprint",
-          "imprint-sparse": "Robbing the Fed sparse imprint"}
+          "imprint-sparse": "Robbing the Fed sparse imprint", "loki": "LOKI per-client kernels and bins"}
 
 
 @dataclass(frozen=True)

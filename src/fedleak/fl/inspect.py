@@ -273,5 +273,40 @@ def check_architecture(state: Mapping[str, torch.Tensor], model: nn.Module) -> N
                                f"{tuple(tensor.shape)}")
 
 
-__all__ = ["Finding", "Inspection", "check_architecture", "imprint_rows", "inspect_model", "inspect_state",
+def structure_finding(state: Mapping[str, torch.Tensor], model: nn.Module) -> Optional[Finding]:
+    """A finding (confidence 1) when ``state`` is not ``model``'s state dict: missing, unexpected or
+    reshaped tensors. A received model whose structure differs from the architecture the client
+    expects is what a malicious server ships (an imprint block, LOKI's routing layers); ``None`` when
+    names and shapes match."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    extra = [k for k in state if k not in expected]
+    reshaped = [k for k in expected if k in state and tuple(state[k].shape) != tuple(expected[k].shape)]
+    if not (missing or extra or reshaped):
+        return None
+    parts = [f"{len(missing)} missing", f"{len(extra)} unexpected", f"{len(reshaped)} reshaped"]
+    examples = ([f"missing {missing[0]!r}"] if missing else []) + ([f"unexpected {extra[0]!r}"] if extra else []) + (
+        [f"{reshaped[0]!r} is {tuple(state[reshaped[0]].shape)}, expected {tuple(expected[reshaped[0]].shape)}"]
+        if reshaped else [])
+    detail = (f"structure differs: {', '.join(parts)} tensors against the expected {type(model).__name__} "
+              f"({'; '.join(examples)})")
+    return Finding("(model)", "structure-differs", 1.0, detail,
+                   {"missing": missing[:20], "unexpected": extra[:20], "reshaped": reshaped[:20],
+                    "counts": {"missing": len(missing), "unexpected": len(extra), "reshaped": len(reshaped)}})
+
+
+def with_findings(inspection: Inspection, extra) -> Inspection:
+    """``inspection`` with more findings (structure, D-SNR) in front."""
+    return Inspection(tuple(extra) + inspection.findings, inspection.layers_checked, inspection.threshold)
+
+
+def require_inspected(inspection: Inspection, what: str) -> Inspection:
+    """Refuse a verdict when nothing was inspected: no 2-D or 4-D floating-point weight and no other finding."""
+    if inspection.layers_checked == 0 and not inspection.findings:
+        raise FedleakError(f"{what}: inspected nothing: no linear (2-D) or convolution (4-D) floating-point weight "
+                           f"to inspect, so no verdict")
+    return inspection
+
+
+__all__ = ["Finding", "Inspection", "check_architecture", "require_inspected", "structure_finding", "with_findings", "imprint_rows", "inspect_model", "inspect_state",
            "linearized_convolution", "load_state", "trap_weights"]

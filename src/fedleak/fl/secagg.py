@@ -69,3 +69,40 @@ def concatenate(clients: Sequence[ClientData]) -> ClientData:
         return clients[0]
     return ClientData(torch.cat([c.inputs for c in clients]), torch.cat([c.labels for c in clients]),
                       "+".join(c.client_id for c in clients))
+
+
+def secure_aggregate_per_client(model_for, clients: Sequence[ClientData], protocol: Protocol, *, seed: int = 0,
+                                defense: Defense | str | None = None, metadata: Optional[dict] = None) -> Update:
+    """Secure aggregation when the server shipped a *different* model to each client (LOKI's threat model).
+
+    ``model_for(k)`` is the model client k receives (same parameter names and shapes for every k).
+    Each client runs the one client update from its own model; the server learns only the
+    N-weighted mean of the K results: FedSGD the mean gradient, FedAvg the mean weight change
+    Σ Nₖ(θᶜₖ − θˢₖ)/Σ Nₖ, returned against client 0's θˢ (only parameters shared by all clients
+    are meaningful in it). Accumulated client by client, so K large models never sit in memory at once.
+    """
+    clients = list(clients)
+    if not clients:
+        raise FedleakError("secure aggregation needs at least one client update")
+    total = sum(len(c) for c in clients)
+    acc, reference, first = None, None, None
+    for k, client in enumerate(clients):
+        update = client_update(model_for(k), client, protocol, seed=seed + k, defense=defense)
+        weight = int(update.num_samples) / total
+        values = update.gradient if update.is_fedsgd else {
+            n: update.client_params[n] - update.server_params[n] for n in update.server_params}
+        if acc is None:
+            first, reference = update, update.server_params
+            acc = {n: weight * v for n, v in values.items()}
+        else:
+            if set(values) != set(acc) or any(values[n].shape != acc[n].shape for n in acc):
+                raise FedleakError(f"secure aggregation: client {k}'s model has other parameters than client 0's")
+            for n, v in values.items():
+                acc[n] += weight * v
+    meta = {"secure_aggregation": {"clients": len(clients), "per_client_models": True,
+                                   "num_samples": [len(c) for c in clients]}}
+    meta.update(metadata or {})
+    if first.is_fedsgd:
+        return Update(reference, first.protocol, total, gradient=acc, buffers=first.buffers, metadata=meta)
+    return Update(reference, first.protocol, total, client_params={n: reference[n] + d for n, d in acc.items()},
+                  buffers=first.buffers, metadata=meta)
