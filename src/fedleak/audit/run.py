@@ -80,6 +80,10 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {cfg.model} ({n_params:,} parameters), device {device}"})
+            runs = attack_runs(cfg, plans)
+            show({"stage": f"plan: {runs} attack run(s) ({len(plans)} setting(s) x {cfg.clients} client(s) or "
+                  f"aggregate(s)){' with --quick attacks (shortened budgets)' if cfg.quick else ''}; a time estimate "
+                  "follows once the first iterations are measured", "plan": {"attacks": runs}})
         points, examples = [], []
         for value, plan in zip(values, plans):
             label = f"{sweep.knob}={value:g}" if sweep else ""
@@ -107,6 +111,18 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
             show.close()
     _log_summary(log, result, out)
     return result
+
+
+def attack_runs(cfg: AuditConfig, plans: list) -> int:
+    """How many attacks the audit will run (the engine's choice of attacks per scenario, per target)."""
+    from . import threats
+    from .engine import MALICIOUS_NAMES
+
+    override = [a for a in (cfg.attacks or ()) if a not in MALICIOUS_NAMES]
+    per_target = sum(len(threats.honest_attacks(s.key, override=override, quick=cfg.quick, iterations=cfg.iterations,
+                                                seed=cfg.seed)) if (override or not cfg.attacks) else 0
+                     for plan in plans for s in plan.scenarios)
+    return cfg.clients * (per_target + (len(plans) if cfg.malicious else 0))
 
 
 def _write(out: Path, result: dict, examples: list) -> None:
