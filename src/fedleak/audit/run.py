@@ -147,7 +147,7 @@ def _log_summary(log, result: dict, out: Path) -> None:
             log(f"\n{result['sweep']['label']} = {point['value']:g}")
         log("\n" + report.printed_table(point))
         for name, tm in point["threat_models"].items():
-            log(report.verdict_sentence(name, tm))
+            log(report.verdict_sentence(name, tm, quick=bool(result.get("quick"))))
         if "malicious" in point["scenarios"]:
             log(report.imprint_sentence(point["scenarios"]["malicious"]))
         eps = report.epsilon_text(point)
