@@ -103,7 +103,8 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
                                          next((p.defense for p in plans if p.defense.active), None))
                   if sweep else None, "points": points,
                   "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
-                  "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"]}
+                  "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"],
+                  "environment": environment(device)}
         result["what_to_change"] = report.what_to_change(result)
         _write(out, result, examples)
     finally:
@@ -111,6 +112,18 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
             show.close()
     _log_summary(log, result, out)
     return result
+
+
+def environment(device) -> dict:
+    """What the numbers depend on besides the configuration and seed (``docs/audit.md``, Reproducibility)."""
+    import platform
+
+    import torch
+
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(device),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
+            "reproducible_given": "the seed, the same torch build, CPU instruction set, thread count and device; "
+                                  "other float rounding changes the optimizations' results"}
 
 
 def attack_runs(cfg: AuditConfig, plans: list) -> int:
