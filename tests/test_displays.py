@@ -93,3 +93,9 @@ def test_report_of_own_run_titles_results_and_notes_hidden_grids(tmp_path):
     page = report_run(tmp_path).read_text()
     assert "Ours vs the paper" not in page and "(paper)" not in page and "Results (mean ± std over clients)" in page
     assert "the grids of 3 of its 4 clients are shown" in page
+
+
+def test_what_to_change_of_a_quick_sweep_carries_the_caveat():
+    lines = report.what_to_change(_result(quick=True, sweep=True))
+    assert any("verdict is low" in l for l in lines) and lines[-1] == report.QUICK_CAVEAT
+    assert report.QUICK_CAVEAT not in report.what_to_change(_result(quick=False, sweep=True))

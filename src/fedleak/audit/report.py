@@ -122,6 +122,8 @@ def what_to_change(result: dict) -> list[str]:
         eps = epsilon_text(p)
         if eps and p["threat_models"][HONEST]["verdict"] == "low":
             lines.append(f"At {knob} = {p['value']:g} the clients' DP guarantee is {eps}.")
+    if result.get("quick") and (all_low or honest_low):
+        lines.append(QUICK_CAVEAT)
     return lines
 
 
