@@ -35,7 +35,10 @@ def cmd_audit(args) -> int:
     from .audit.arguments import config_from_args
 
     quiet = args.quiet or args.no_progress
-    audit(config_from_args(args), out=args.out, progress=None if quiet else "auto")
+    import torch
+
+    # the thread count --threads set (1 by default for audit): the numbers depend on it
+    audit(config_from_args(args), out=args.out, progress=None if quiet else "auto", threads=torch.get_num_threads())
     return 0
 
 

@@ -40,7 +40,28 @@ def _config(config, settings: dict) -> AuditConfig:
     return base
 
 
-def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **settings) -> dict:
+def audit(config=None, *, out="fedleak-report", progress="auto", log=print, threads: int = 1, **settings) -> dict:
+    """Audit a deployment and write ``out/report.html`` and ``out/metrics.json``; returns the metrics.
+
+    Runs on ``threads`` torch CPU threads (default 1, as ``fedleak audit``; restored afterwards):
+    the unrolled FedAvg attacks' results depend on the thread count (measured: Dimitrov et al.'s
+    reconstruction at seed 0 differs between 1 and 2 threads, Inverting Gradients on FedSGD does
+    not), so the API and the CLI give the same numbers. ``metrics.json``'s ``environment`` says what
+    else they depend on. See :func:`_audit` for the arguments.
+    """
+    import torch
+
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 1024:
+        raise FedleakError(f"threads must be an integer from 1 to 1024, got {threads!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _audit(config, out=out, progress=progress, log=log, **settings)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **settings) -> dict:
     """Audit a deployment and write ``out/report.html`` and ``out/metrics.json``; returns the metrics.
 
     ``config``: an :class:`AuditConfig`, a mapping or a path to a YAML file with the keys of the CLI
