@@ -135,3 +135,19 @@ def test_run_progress_callback_receives_plan_steps_and_jobs():
     assert [e["event"] for e in events] == ["plan", "step", "step", "step", "job"]
     assert events[-1]["done"] == 1 and events[-1]["total"] == 1 and events[-1]["psnr"] == 21.5
     assert lines[0].startswith("plan: 1 job(s) to run") and "v: dlg 3 it." in lines[0]
+
+
+def test_fedleak_attack_prints_progress_lines_off_a_terminal(tmp_path, capsys, monkeypatch):
+    import fedleak
+    from fedleak.cli import main
+
+    monkeypatch.setenv("FEDLEAK_PROGRESS_INTERVAL", "0.2")
+    spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=1, seed=0)
+    model = fedleak.models.build("femnist-cnn", spec, seed=0)
+    update = fedleak.client_update(model, clients[0], fedleak.Protocol(algorithm="fedsgd"), seed=0,
+                                   metadata={"model": {"name": "femnist-cnn"}, "spec": spec.to_json()})
+    update.save(tmp_path / "u")
+    assert main(["attack", str(tmp_path / "u"), "--attack", "inverting-gradients", "-o", "iterations=30",
+                 "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "attack inverting-gradients" in err and "100% (30/30)" in err and "loss" in err, err
