@@ -102,7 +102,10 @@ def cmd_attack(args) -> int:
         raise FedleakError("the update does not record its model; pass --model NAME")
     model = models.build(model_name, spec).to(_device(args.device))
     attack = attacks.build(args.attack, **_options(args.option))
-    rec = _with_progress(args, f"attack {args.attack}", lambda: attack.reconstruct(update, model, spec))
+    from .audit.progress import with_progress
+
+    rec = with_progress(None if args.no_progress else "auto", f"attack {args.attack}",
+                        lambda: attack.reconstruct(update, model, spec))
     out = rec.save(args.out)
     truth = None if args.no_eval else _load_truth(Path(args.update))
     if truth is not None:
@@ -119,22 +122,6 @@ def cmd_attack(args) -> int:
               f"Rec% {scores['rec_percent']:.1f} (> {scores['threshold']} dB)")
     print(f"reconstruction saved to {out}")
     return 0
-
-
-def _with_progress(args, stage: str, work):
-    """Run ``work()`` with the audit's reporters: a bar on a terminal, else log lines and a heartbeat."""
-    from .attacks.optimize import progress_reporter
-    from .audit.progress import optimizer_callback, reporter
-
-    show = reporter(None if args.no_progress else "auto")
-    try:
-        if show is not None:
-            show({"stage": stage})
-        with progress_reporter(optimizer_callback(show, stage)):
-            return work()
-    finally:
-        if show is not None and hasattr(show, "close"):
-            show.close()
 
 
 def cmd_run(args) -> int:

@@ -163,3 +163,18 @@ def optimizer_callback(progress: Optional[ProgressFn], stage: str):
         progress({"stage": stage, "step": step, "total": total, "loss": loss})
 
     return report
+
+
+def with_progress(mode, stage: str, work):
+    """``work()`` under a reporter for ``mode`` (:func:`reporter`): every optimization loop inside reports to it."""
+    from ..attacks.optimize import progress_reporter
+
+    show = reporter(mode)
+    try:
+        if show is not None:
+            show({"stage": stage})
+        with progress_reporter(optimizer_callback(show, stage)):
+            return work()
+    finally:
+        if show is not None and hasattr(show, "close"):
+            show.close()
