@@ -8,7 +8,7 @@ forward/backward on the 8 dummy images whatever the number of steps. The paper r
 (AGIC) vs 33.2 min (InvG) for 10,000 iterations at 8 local steps on an RTX 2080 Ti (≈ 5×).
 
 Each case runs one warm-up iteration, then times ``--iterations`` iterations of the real attack
-(label inference included, amortized). Writes ``benchmarks/results/agic_speed.json``.
+(label inference included, amortized). Writes ``benchmarks/results/agic_speed-<host>-<time>.json`` (``--out benchmarks/results/agic_speed.json`` updates the tracked file).
 
     python benchmarks/bench_agic_speed.py [--iterations 5] [--model resnet20-4] [--threads 1]
         [--data-root ../shared/data/cifar10] [--device cpu] [--out PATH]
@@ -26,6 +26,7 @@ import torch
 
 import fedleak
 from fedleak.types import Protocol
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 
 PAPER = {"agic_minutes_10k": 6.7, "invg_minutes_10k": 33.2, "local_steps": 8, "gpu": "NVIDIA GeForce RTX 2080 Ti"}
 
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "agic_speed.json"))
+    parser.add_argument("--out", default=fresh("agic_speed.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 

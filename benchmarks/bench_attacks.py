@@ -22,6 +22,7 @@ import torch
 
 import fedleak
 from fedleak.types import Protocol
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 
 
 def time_attack(attack_name: str, update, model, spec, iterations: int, **options) -> float:
@@ -38,7 +39,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "attacks.json"))
+    parser.add_argument("--out", default=fresh("attacks.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 

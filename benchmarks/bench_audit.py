@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_audit.py [--repeats 1] [--only default|quick]
 
 Each run is the real command (``python -m fedleak.cli audit``, a fresh process, the CLI's default
-of one torch thread) writing to a temporary folder. Writes ``benchmarks/results/audit_timing.json``
+of one torch thread) writing to a temporary folder. Writes ``benchmarks/results/audit_timing-<host>-<time>.json`` (``--out benchmarks/results/audit_timing.json`` updates the tracked file)
 with the seconds of each run, the verdicts and strongest scores it printed, the load average
 before and after (the machine is shared: numbers taken under load are slower), the CPU count and
 the torch thread count. Each invocation appends one entry to ``measurements`` (earlier ones are
@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"default": 300.0, "quick": 60.0}
@@ -55,7 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--only", choices=sorted(TARGETS))
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "audit_timing.json"))
+    parser.add_argument("--out", default=fresh("audit_timing.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     import torch
 

@@ -5,7 +5,7 @@ of m = 5 (N = 50), so every attack iteration differentiates through an unrolled 
 simulation over E·N = 500 dummy images, plus the l2_mean epoch prior. The client data are 50
 ``digits`` images (bundled, FEMNIST-like 28×28); the cost does not depend on the pixel values.
 
-Writes ``benchmarks/results/dimitrov.json``::
+Writes ``benchmarks/results/dimitrov-<host>-<time>.json`` (``--out benchmarks/results/dimitrov.json`` updates the tracked file)::
 
     python benchmarks/bench_dimitrov.py [--iterations 10] [--threads 1] [--device cpu] [--out PATH]
 
@@ -33,6 +33,7 @@ from fedleak.data import load
 from fedleak.fl import client_update
 from fedleak.models import build as build_model
 from fedleak.types import Protocol
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 
 
 def _max_rss_mib() -> float:
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "dimitrov.json"))
+    parser.add_argument("--out", default=fresh("dimitrov.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args(argv)
     result = run(args.iterations, args.threads, args.device)
     out = Path(args.out)

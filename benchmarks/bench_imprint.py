@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_imprint.py [--data-root ../shared/data/cifar10] [--quick]
 
-Writes ``benchmarks/results/imprint.json``:
+Writes ``benchmarks/results/imprint-<host>-<time>.json`` (``--out benchmarks/results/imprint.json`` updates the tracked file):
 
 * ``fedsgd``: 64-image FedSGD clients, ResNet-18 with a 128-bin (and a 300-bin) imprint block in
   front; per client the share of inputs recovered with PSNR > 60 dB, against Proposition 1 for
@@ -40,6 +40,7 @@ from fedleak.metrics import evaluate, psnr
 from fedleak.models import build as build_model
 from fedleak.models.imprint import imprint
 from fedleak.types import ClientData, Protocol
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -252,7 +253,7 @@ def text() -> dict:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data" / "cifar10"))
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "imprint.json"))
+    parser.add_argument("--out", default=fresh("imprint.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     parser.add_argument("--quick", action="store_true", help="one client per measurement, 3 one-shot trials")
     parser.add_argument("--only", help="comma-separated parts: fedsgd,time,fedavg,one_shot,deep,cah,noise,text")
     args = parser.parse_args(argv)

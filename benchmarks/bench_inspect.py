@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_inspect.py [--quick]
 
-Writes ``benchmarks/results/inspect.json``:
+Writes ``benchmarks/results/inspect-<host>-<time>.json`` (``--out benchmarks/results/inspect.json`` updates the tracked file):
 
 * ``detection``: fedleak's own malicious models — imprint structures ``cumulative`` (§3.3),
   ``sparse`` (§4.3), ``one-shot`` (§4.2, both fusions), ``cah`` (trap weights, App. A.8), with
@@ -32,6 +32,7 @@ from fedleak import Protocol
 from fedleak.fl.inspect import inspect_model
 from fedleak.fl.training import train_fedavg
 from fedleak.models.imprint import imprint
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 
 RESULTS = Path(__file__).parent / "results" / "inspect.json"
 
@@ -106,7 +107,7 @@ def tally(cases) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=fresh("inspect.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.time()

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 
 CASES = ("ig_fedsgd_convnet", "ig_fedsgd_resnet18", "ig_fedavg_convnet", "ig_fedavg_resnet18",
          "dimitrov_E10_m5", "dimitrov_E10_m1", "dimitrov_E10_m1_ckpt")
@@ -277,7 +278,7 @@ def main() -> None:
     parser.add_argument("--src", default=str(Path(__file__).resolve().parents[1] / "src"),
                         help="fedleak sources to benchmark (default: this checkout)")
     parser.add_argument("--label", default="after", help="key of this run in the output file")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "speed.json"))
+    parser.add_argument("--out", default=fresh("speed.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

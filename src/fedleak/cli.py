@@ -35,7 +35,10 @@ def cmd_audit(args) -> int:
     from .audit.arguments import config_from_args
 
     quiet = args.quiet or args.no_progress
-    audit(config_from_args(args), out=args.out, progress=None if quiet else "auto")
+    import torch
+
+    # the thread count --threads set (1 by default for audit): the numbers depend on it
+    audit(config_from_args(args), out=args.out, progress=None if quiet else "auto", threads=torch.get_num_threads())
     return 0
 
 
@@ -116,7 +119,10 @@ def cmd_attack(args) -> int:
         raise FedleakError("the update does not record its model; pass --model NAME")
     model = models.build(model_name, spec).to(_device(args.device))
     attack = attacks.build(args.attack, **_options(args.option))
-    rec = attack.reconstruct(update, model, spec)
+    from .audit.progress import with_progress
+
+    rec = with_progress(None if args.no_progress else "auto", f"attack {args.attack}",
+                        lambda: attack.reconstruct(update, model, spec))
     out = rec.save(args.out)
     truth = None if args.no_eval else _load_truth(Path(args.update))
     if truth is not None:
@@ -258,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="dataset name for the data spec (default: recorded in the update)")
     p.add_argument("--data-root")
     p.add_argument("--no-eval", action="store_true", help="do not score against a saved ground truth")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", required=True, type=_nonempty)
     p.set_defaults(func=cmd_attack)

@@ -8,12 +8,16 @@ al.'s scripts, research note §A.1); ``cosine``. ``signed`` replaces gradients b
 before the step (IG). ``project`` runs after each step (e.g. IG's box constraint). A NaN guard
 stops the run and restores the last finite variables (Dimitrov et al.'s loop stops when images
 become NaN); ``stop_loss`` ends the run once the loss is that small. Progress goes to a callback, or to the reporter installed with
-:func:`progress_reporter` (the CLI's progress bar).
+:func:`progress_reporter` (the CLI's progress bar), or else to the ``fedleak`` logger (INFO, at most
+one line per ``FEDLEAK_PROGRESS_INTERVAL`` seconds, default 30: ``logging.basicConfig(level=logging.INFO)``
+shows an API user's long attack).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -38,6 +42,24 @@ def progress_reporter(fn: Optional[ProgressFn]):
         yield
     finally:
         _REPORTER.reset(token)
+
+
+def _log_reporter(description: str) -> ProgressFn:
+    """The fallback reporter: a ``fedleak`` logger line at most every heartbeat interval (none if no one listens)."""
+    from ..runs.heartbeat import interval, logger
+
+    every, start = interval(), time.monotonic()
+    last = [start]
+
+    def report(step: int, total: int, loss: float) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every and logger.isEnabledFor(logging.INFO):
+            last[0] = now
+            eta = (now - start) / max(step, 1) * (total - step)
+            logger.info("%siteration %d/%d, loss %.4g (%.0f s, ETA ~%.0f s)", f"{description}: " if description else "",
+                        step, total, loss, now - start, eta)
+
+    return report
 
 
 @dataclass(frozen=True)
@@ -121,7 +143,7 @@ def optimize(
     for v in variables:
         if not v.requires_grad:
             v.requires_grad_(True)
-    report = progress or _REPORTER.get()
+    report = progress or _REPORTER.get() or _log_reporter(description)
     optimizer = _make_optimizer(config, variables)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     result = OptimizeResult(variables)

@@ -57,9 +57,9 @@ class PointResult:
     examples: dict = field(default_factory=dict)  # (scenario, attack display) -> Example
 
 
-def _event(progress, stage: str) -> None:
+def _event(progress, stage: str, **extra) -> None:
     if progress is not None:
-        progress({"stage": stage})
+        progress({"stage": stage, **extra})
 
 
 def _mean(values):
@@ -196,7 +196,7 @@ class Auditor:
                 for t, (update, truth) in enumerate(updates):
                     stage = f"{prefix}{scenario.key}: {choice.title}" + (f", target {t + 1}/{len(updates)}"
                                                                          if len(updates) > 1 else "")
-                    _event(self.progress, stage)
+                    _event(self.progress, stage, attack=True)
                     start = time.perf_counter()
                     with progress_reporter(optimizer_callback(self.progress, stage)):
                         rec = threats.build(choice).reconstruct(update, self.model, self.spec)
@@ -309,7 +309,7 @@ class Auditor:
         per_target, seconds, verbatim, total = [], 0.0, 0, 0
         for t, group in enumerate(self.targets(plan, samples)):
             stage = f"{prefix}malicious: {choice.title}" + (f", target {t + 1}" if self.config.clients > 1 else "")
-            _event(self.progress, stage)
+            _event(self.progress, stage, attack=True)
             update = self.observe(shipped, group, scenario, plan, self.config.seed + t * plan.secagg)
             truth = concatenate(group)
             start = time.perf_counter()

@@ -1,9 +1,10 @@
 """The audit report's figures: labelled image grids and matplotlib plots (saved as PNG).
 
 * :func:`labelled_grid` — each original above its matched reconstruction (via
-  :func:`fedleak.report.comparison_grid`), with the PSNR under the pair and, for images the attack
-  did not recover (PSNR at or below the threshold, or no reconstruction at all), a red frame and the
-  words "not recovered".
+  :func:`fedleak.report.comparison_grid`), with the PSNR under the pair and a graded label
+  (:func:`grade`): "recognizable" above the threshold δ (the papers' Rec% rule, green),
+  "borderline" within :data:`BORDERLINE_DB` below it (amber: such images are often still legible),
+  "not recognizable" lower (red), "no reconstruction" when the attack returned none.
 * :func:`psnr_distribution` — per-image PSNR of every attack (one strip of points per attack, a box
   behind it) with the threshold δ as a line.
 * :func:`leakage_curve` — the strongest attack's Rec% and mean PSNR per threat model against the
@@ -24,26 +25,43 @@ from ..report import comparison_grid
 
 RED = (180, 35, 24)
 GREEN = (6, 118, 71)
+AMBER = (181, 71, 8)
+#: how far below the Rec% threshold a pair is still called "borderline" rather than "not recognizable"
+BORDERLINE_DB = 3.0
+LEGEND = (f"green: recognizable (PSNR above the Rec% threshold), amber: borderline (within {BORDERLINE_DB:g} dB "
+          "below it), red: not recognizable")
+
+
+def grade(psnr, threshold: float) -> tuple[str, tuple]:
+    """The label and colour of one pair: recognizable / borderline / not recognizable (or no reconstruction)."""
+    if psnr is None or psnr != psnr:
+        return "no reconstruction", RED
+    if psnr > threshold:
+        return "recognizable", GREEN
+    if psnr > threshold - BORDERLINE_DB:
+        return "borderline", AMBER
+    return "not recognizable", RED
 
 
 def labelled_grid(originals: torch.Tensor, reconstructions: torch.Tensor, psnr: list, threshold: float,
                   per_row: int = 8) -> Image.Image:
     """Pairs (original over reconstruction) in rows of ``per_row``, each captioned; unrecovered ones framed red."""
     font = ImageFont.load_default()
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     tiles = []
     for i in range(originals.shape[0]):
         rec = reconstructions[i:i + 1]
         missing = bool(torch.isnan(rec).all())
         value = psnr[i] if i < len(psnr) else None
-        recovered = (not missing) and value is not None and value > threshold
+        status, colour = grade(None if missing else value, threshold)
         pair = comparison_grid(originals[i:i + 1], torch.nan_to_num(rec, nan=1.0), pad=0)
-        caption = ("no reconstruction" if missing else f"{value:.1f} dB" if value is not None else "n/a")
-        status = "recovered" if recovered else "not recovered"
-        tile = Image.new("RGB", (pair.width + 8, pair.height + 34), (255, 255, 255))
-        tile.paste(pair, (4, 4))
+        caption = ("-" if missing else f"{value:.1f} dB" if value is not None else "n/a")
+        # the tile is as wide as its longest caption: no label is ever cut
+        width = max(pair.width + 8, *(int(measure.textlength(t, font=font)) + 8 for t in (caption, status)))
+        tile = Image.new("RGB", (width, pair.height + 34), (255, 255, 255))
+        tile.paste(pair, ((width - pair.width) // 2, 4))
         draw = ImageDraw.Draw(tile)
-        colour = GREEN if recovered else RED
-        draw.rectangle([1, 1, tile.width - 2, pair.height + 6], outline=colour, width=2 if recovered else 3)
+        draw.rectangle([1, 1, tile.width - 2, pair.height + 6], outline=colour, width=2 if colour == GREEN else 3)
         draw.text((4, pair.height + 8), caption, fill=(0, 0, 0), font=font)
         draw.text((4, pair.height + 20), status, fill=colour, font=font)
         tiles.append(tile)
@@ -95,16 +113,18 @@ def psnr_distribution(series: dict, threshold: float) -> Image.Image:
             continue
         ax.boxplot([values], positions=[i], widths=0.5, showfliers=False, patch_artist=True,
                    boxprops={"facecolor": "#dbe8f5", "edgecolor": "#0b5cad"}, medianprops={"color": "#0b5cad"})
-        colours = ["#067647" if v > threshold else "#b42318" for v in values]
+        colours = ["#067647" if v > threshold else "#b54708" if v > threshold - BORDERLINE_DB else "#b42318"
+                   for v in values]
         ax.scatter(i + rng.uniform(-0.15, 0.15, values.size), values, s=18, c=colours, zorder=3)
     ax.axhline(threshold, color="#59636e", linestyle="--", linewidth=1)
-    ax.text(len(labels) - 0.5, threshold, f" recognizable above {threshold:g} dB", va="bottom", ha="right",
+    ax.text(len(labels) - 0.5, threshold, f" Rec% threshold {threshold:g} dB", va="bottom", ha="right",
             fontsize=8, color="#59636e")
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels([_wrap(l) for l in labels], fontsize=8)
     ax.set_xlim(-0.6, len(labels) - 0.4)
     ax.set_ylabel(f"PSNR per image (dB, shown up to {PLOT_CAP_DB:.0f})")
-    ax.set_title("Per-image PSNR of each attack (green: recognizable, red: not recovered)", fontsize=10)
+    ax.set_title(f"Per-image PSNR (green: recognizable, amber: borderline, within {BORDERLINE_DB:g} dB, "
+                 "red: not recognizable)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     return _figure_to_image(fig)
 
@@ -129,17 +149,20 @@ def leakage_curve(knob_label: str, values: list, curves: dict, psnr_curves: dict
     x = list(range(len(values)))
     markers = "osD^v"
     for i, (label, ys) in enumerate(curves.items()):
-        top.plot(x, [np.nan if y is None else y for y in ys], marker=markers[i % 5], label=label)
+        top.plot(x, [np.nan if y is None else y for y in ys], marker=markers[i % 5], label=_wrap(label, 30))
     for i, (label, ys) in enumerate(psnr_curves.items()):
-        bottom.plot(x, [np.nan if y is None else min(y, PLOT_CAP_DB) for y in ys], marker=markers[i % 5], label=label)
+        bottom.plot(x, [np.nan if y is None else min(y, PLOT_CAP_DB) for y in ys], marker=markers[i % 5],
+                    label=_wrap(label, 30))
     top.set_ylabel("recognizable images (%)")
     top.set_ylim(-5, 105)
     top.grid(alpha=0.3)
-    top.legend(fontsize=8, loc="upper left")
+    # legends beside the axes (outside, right of ε's axis), wrapped: never over the curves or past the figure
+    beside = 1.16 if epsilon is not None else 1.02
+    top.legend(fontsize=7, loc="upper left", bbox_to_anchor=(beside, 1.0), borderaxespad=0.0)
     bottom.axhline(threshold, color="#59636e", linestyle="--", linewidth=1)
     bottom.set_ylabel(f"mean PSNR (dB, up to {PLOT_CAP_DB:.0f})")
     bottom.grid(alpha=0.3)
-    bottom.legend(fontsize=7, loc="best")
+    bottom.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     bottom.set_xticks(x)
     bottom.set_xticklabels([f"{v:g}" for v in values])
     bottom.set_xlabel(knob_label)
@@ -151,6 +174,6 @@ def leakage_curve(knob_label: str, values: list, curves: dict, psnr_curves: dict
         finite = [e for e in epsilon if e is not None]
         if finite and max(finite) / max(min(finite), 1e-9) > 50:
             twin.set_yscale("log")
-        twin.legend(fontsize=8, loc="upper right")
+        twin.legend(fontsize=7, loc="lower left", bbox_to_anchor=(beside, 0.0), borderaxespad=0.0)
     top.set_title(f"Leakage vs {knob_label}", fontsize=10)
     return _figure_to_image(fig)

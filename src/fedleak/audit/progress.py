@@ -2,9 +2,11 @@
 
 The audit calls ``progress(event)`` with a dict: ``{"stage": text}`` when a stage starts (loading,
 one attack on one client, the report) and ``{"stage": text, "step": s, "total": T, "loss": x}``
-while an attack optimizes. Three reporters implement it: a tqdm bar (an interactive terminal), log
-lines (stderr is not a terminal: CI, nohup; one line per stage and one every ``every`` percent of a
-long attack), and nothing (``--quiet``). Library users pass their own callable to
+while an attack optimizes; ``{"stage": text, "plan": {"attacks": N}}`` announces the work before it
+starts and attack stages carry ``"attack": True``. Three reporters implement it: a tqdm bar (an
+interactive terminal), log lines (stderr is not a terminal: CI, nohup; one line per stage, one every
+``every`` percent of a long attack, an ETA, and a heartbeat at least every 30 s), and nothing
+(``--quiet``). Library users pass their own callable to
 :func:`fedleak.audit`.
 """
 
@@ -18,35 +20,93 @@ ProgressFn = Callable[[dict], None]
 
 
 class LogProgress:
-    """One line per stage, and one every ``every`` percent of an optimization."""
+    """Log lines: one per stage, one every ``every`` percent of an optimization, and a heartbeat.
 
-    def __init__(self, stream=None, every: float = 10.0):
+    A ``{"stage": ..., "plan": {"attacks": N}}`` event announces how many attack runs follow; each
+    attack's stage event carries ``"attack": True``. From the measured time of the attack runs so
+    far (the running one counted by its share of iterations) every line after the first iterations
+    carries an ETA, stated as an estimate. No line for ``FEDLEAK_PROGRESS_INTERVAL`` seconds (default
+    30) makes the heartbeat repeat the current stage, iteration and loss
+    (:mod:`fedleak.runs.heartbeat`). Every line also goes to the ``fedleak`` logger.
+    """
+
+    def __init__(self, stream=None, every: float = 10.0, heartbeat: bool = True):
         self.stream = stream if stream is not None else sys.stderr
         self.every = every
         self.stage = ""
         self.next_percent = 0.0
         self.start = time.perf_counter()
+        self.total_attacks, self.attacks, self.attack_start, self.attack_seconds = 0, 0, None, 0.0
+        self.step: Optional[tuple] = None
+        self.in_attack, self.beat = False, None
+        if heartbeat:
+            from ..runs.heartbeat import Heartbeat
+
+            self.beat = Heartbeat(self._heartbeat_line, self._write)
 
     def _write(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.start:7.1f}s] {text}", file=self.stream, flush=True)
+        from ..runs.heartbeat import logger
+
+        line = f"[{time.perf_counter() - self.start:7.1f}s] {text}"
+        print(line, file=self.stream, flush=True)
+        logger.info(line)
+        if self.beat is not None:
+            self.beat.wrote()
+
+    def eta(self) -> Optional[float]:
+        """Seconds left: mean measured seconds per attack run times the runs left (None before a measurement)."""
+        if not self.total_attacks or self.attack_start is None:
+            return None
+        fraction = (self.step[0] / max(self.step[1], 1)) if self.step else 0.0
+        done = self.attacks - 1 + fraction
+        if done <= 0.02:
+            return None
+        spent = self.attack_seconds + (time.perf_counter() - self.attack_start)
+        return spent / done * max(self.total_attacks - done, 0.0)
+
+    def _eta_text(self) -> str:
+        from ..runs.heartbeat import duration
+
+        eta = self.eta()
+        return "" if eta is None else f"; ETA ~{duration(eta)} (estimate)"
+
+    def _counter(self) -> str:
+        return f"attack {self.attacks}/{self.total_attacks} " if self.total_attacks and self.in_attack else ""
+
+    def _heartbeat_line(self) -> str:
+        it = ""
+        if self.step is not None:
+            step, total, loss = self.step
+            it = f": iteration {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
+        return f"{self._counter()}{self.stage}{it}{self._eta_text()}"
 
     def __call__(self, event: dict) -> None:
         stage = event.get("stage", "")
+        if "plan" in event:
+            self.total_attacks = int(event["plan"].get("attacks") or 0)
         if "step" not in event:
-            self.stage, self.next_percent = stage, self.every
-            self._write(stage)
+            if event.get("attack"):
+                now = time.perf_counter()
+                if self.attack_start is not None:
+                    self.attack_seconds += now - self.attack_start
+                self.attacks, self.attack_start = self.attacks + 1, now
+            self.stage, self.next_percent, self.step = stage, self.every, None
+            self.in_attack = bool(event.get("attack"))
+            self._write(f"{self._counter()}{stage}{self._eta_text()}" if self.in_attack else stage)
             return
         total = max(int(event.get("total") or 0), 1)
+        self.step = (int(event["step"]), total, event.get("loss"))
         percent = 100.0 * int(event["step"]) / total
-        if percent >= self.next_percent:
+        if percent >= self.next_percent or (self.beat is not None and self.beat.due()):
             loss = event.get("loss")
-            self._write(f"{stage}: {percent:3.0f}% ({event['step']}/{total})"
-                        + (f", loss {loss:.3g}" if loss is not None else ""))
+            self._write(f"{self._counter()}{stage}: {percent:3.0f}% ({event['step']}/{total})"
+                        + (f", loss {loss:.3g}" if loss is not None else "") + self._eta_text())
             while self.next_percent <= percent:
                 self.next_percent += self.every
 
     def close(self) -> None:
-        pass
+        if self.beat is not None:
+            self.beat.close()
 
 
 class BarProgress:
@@ -103,3 +163,18 @@ def optimizer_callback(progress: Optional[ProgressFn], stage: str):
         progress({"stage": stage, "step": step, "total": total, "loss": loss})
 
     return report
+
+
+def with_progress(mode, stage: str, work):
+    """``work()`` under a reporter for ``mode`` (:func:`reporter`): every optimization loop inside reports to it."""
+    from ..attacks.optimize import progress_reporter
+
+    show = reporter(mode)
+    try:
+        if show is not None:
+            show({"stage": stage})
+        with progress_reporter(optimizer_callback(show, stage)):
+            return work()
+    finally:
+        if show is not None and hasattr(show, "close"):
+            show.close()

@@ -69,14 +69,32 @@ def printed_table(point: dict) -> str:
     return markdown_table(table, [c for c in _columns(table) if c != COLUMNS["seconds"]])
 
 
-def verdict_sentence(name: str, tm: dict, prefix: bool = True) -> str:
+#: said wherever a verdict of a --quick audit is shown: its attacks ran with shortened budgets
+QUICK_CAVEAT = ("The attacks ran with shortened budgets (--quick): they show a lower bound of the leakage; "
+                "rerun without --quick before relying on a low or medium verdict.")
+
+
+def verdict_label(verdict: str, quick: bool = False) -> str:
+    """``"LOW leakage"``, or with ``--quick`` ``"LOW leakage (shortened attacks)"``."""
+    return f"{verdict.upper()} leakage" + (" (shortened attacks)" if quick and verdict in ("low", "medium") else "")
+
+
+def verdict_colour(verdict: str, quick: bool = False) -> str:
+    """The verdict's colour; a low verdict from shortened attacks is grey, never the all-clear green."""
+    if quick and verdict == "low":
+        return COLOURS["not run"]
+    return COLOURS.get(verdict, COLOURS["not run"])
+
+
+def verdict_sentence(name: str, tm: dict, prefix: bool = True, quick: bool = False) -> str:
     if text_report.is_text(tm):
         return text_report.verdict_sentence(THREAT_TITLES[name], tm, prefix)
-    head = f"{THREAT_TITLES[name]}: {tm['verdict'].upper()} leakage. " if prefix else ""
+    head = f"{THREAT_TITLES[name]}: {verdict_label(tm['verdict'], quick)}. " if prefix else ""
     if tm["verdict"] == "not run":
         return f"{THREAT_TITLES[name]}: not evaluated (no attack of this threat model ran)."
+    caveat = f" {QUICK_CAVEAT}" if quick and tm["verdict"] in ("low", "medium") else ""
     return (f"{head}Its strongest attack, {tm['strongest']}, reconstructs {tm['rec_percent']:.0f}% of a client's "
-            f"images recognizably (best mean PSNR {tm['psnr']:.1f} dB).")
+            f"images recognizably (best mean PSNR {tm['psnr']:.1f} dB).{caveat}")
 
 
 def imprint_sentence(mal: dict) -> str:
@@ -124,6 +142,8 @@ def what_to_change(result: dict) -> list[str]:
         eps = epsilon_text(p)
         if eps and p["threat_models"][HONEST]["verdict"] == "low":
             lines.append(f"At {knob} = {p['value']:g} the clients' DP guarantee is {eps}.")
+    if result.get("quick") and (all_low or honest_low):
+        lines.append(QUICK_CAVEAT)
     return lines
 
 
@@ -160,14 +180,14 @@ def _assumptions(tm: dict) -> str:
             f"BatchNorm {a.get('batchnorm')}, labels {a.get('labels')}")
 
 
-def _verdict_boxes(point: dict) -> str:
+def _verdict_boxes(point: dict, quick: bool = False) -> str:
     boxes = []
     for name, tm in point["threat_models"].items():
-        colour = COLOURS.get(tm["verdict"], COLOURS["not run"])
+        colour = verdict_colour(tm["verdict"], quick)
         boxes.append(f'<div class="verdict" style="background:{colour}" data-verdict="{html.escape(tm["verdict"])}">'
                      f'<div>{html.escape(THREAT_TITLES[name])}</div>'
-                     f'<div class="level">{html.escape(tm["verdict"].upper())} leakage</div>'
-                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False))}</p>'
+                     f'<div class="level">{html.escape(verdict_label(tm["verdict"], quick))}</div>'
+                     f'<p>{html.escape(verdict_sentence(name, tm, prefix=False, quick=quick))}</p>'
                      f'<p class="evidence">Evidence — {html.escape(evidence_sentence(tm))}. Assumptions: '
                      f'{html.escape(_assumptions(tm))}.</p></div>')
     return '<div class="verdicts" id="verdicts">' + "".join(boxes) + "</div>"
@@ -181,9 +201,11 @@ def _sweep_verdict_table(result: dict) -> str:
         eps = [e.get("epsilon_rdp") for e in p.get("epsilon", {}).values() if e.get("epsilon_rdp") is not None]
         no_dp = "∞ (no DP)" if result["sweep"]["knob"] == "defense" else "—"
         cells = [f"<td>{p['value']:g}</td>", f"<td>{max(eps):.2f}</td>" if eps else f"<td>{no_dp}</td>"]
+        quick = bool(result.get("quick"))
         for tm in p["threat_models"].values():
-            colour = COLOURS.get(tm["verdict"], COLOURS["not run"])
-            cells.append(f'<td class="v" style="background:{colour}">{html.escape(tm["verdict"])}</td>')
+            colour = verdict_colour(tm["verdict"], quick)
+            text = tm["verdict"] + (" (shortened attacks)" if quick and tm["verdict"] in ("low", "medium") else "")
+            cells.append(f'<td class="v" style="background:{colour}">{html.escape(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     return ('<div class="table-wrap" id="verdicts"><table><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>")
@@ -194,14 +216,30 @@ def _section(title: str, anchor: str, *parts: str) -> str:
 
 
 def _setup_text(result: dict) -> str:
-    c = result["config"]
+    """The audited setup; a swept setting is shown as swept (its values), never as one fixed value."""
+    c, sweep = result["config"], result.get("sweep")
+    knob = sweep["knob"] if sweep else None
+    values = ", ".join(f"{p['value']:g}" for p in result["points"]) if sweep else ""
+    if knob == "defense":
+        defense = (f"swept ({sweep['label']} = {values}): "
+                   + ", ".join(dict.fromkeys(p["settings"]["defense"] for p in result["points"])))
+    else:
+        defense = ", ".join(c["defense"]) if c["defense"] else "none"
     lines = [f"Model: {c['model']}" + (f" with weights {c['weights']}" if c.get("weights") else " (untrained)")
              + f". Data: {result['data']} ({c['clients']} audited client(s) or aggregate(s)).",
-             f"Defense: {', '.join(c['defense']) if c['defense'] else 'none'}."]
+             f"Defense: {defense}."]
+    if sweep and knob != "defense":
+        lines.append(f"Swept: {sweep['label']} = {values} (the protocol below is the first value's).")
     lines += [p["text"] for p in result["points"][0]["scenarios"].values() if p.get("text")]
-    eps = epsilon_text(result["points"][0])
-    if eps:
-        lines.append(f"Differential privacy (Opacus accountants, {c['rounds']} round(s)): {eps}.")
+    if result.get("quick"):
+        lines.append(QUICK_CAVEAT)
+    if sweep and any(p.get("epsilon") for p in result["points"]):
+        lines.append(f"Differential privacy (Opacus accountants, {c['rounds']} round(s)): ε per sweep value in the "
+                     "verdict table above.")
+    else:
+        eps = epsilon_text(result["points"][0])
+        if eps:
+            lines.append(f"Differential privacy (Opacus accountants, {c['rounds']} round(s)): {eps}.")
     return "\n\n".join(lines)
 
 
@@ -210,7 +248,8 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     first = result["points"][0]
     title = "fedleak audit: what a server can reconstruct from your clients' updates"
     parts = []
-    verdict_html = _sweep_verdict_table(result) if result.get("sweep") else _verdict_boxes(first)
+    verdict_html = (_sweep_verdict_table(result) if result.get("sweep")
+                    else _verdict_boxes(first, bool(result.get("quick"))))
     parts.append(_section("Verdict", "verdict", verdict_html,
                           f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>',
                           f'<p class="rule">Evidence: {html.escape(EVIDENCE_RULE)}</p>'))
@@ -231,7 +270,8 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
         body = [_html_table(table, _columns(table), ".2f")]
         if "malicious" in point["scenarios"]:
             body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
-        images = [(f"{scenario}: {attack}: originals (top) vs reconstructions (bottom); red frame: not recovered",
+        images = [(f"{scenario}: {attack}: originals (top) vs reconstructions (bottom), each with its PSNR; "
+                   f"{figures.LEGEND}",
                    figures.labelled_grid(ex.originals, ex.reconstructions, ex.psnr, ex.threshold))
                   for (scenario, attack), ex in examples[index].items()]
         body.append(_html_images(images))
@@ -241,8 +281,11 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     how_to_read = text_report.HOW_TO_READ if text_report.is_text(result) else None
     parts.append(_section("How to read this report", "how-to-read", _html_text(how_to_read or
         "Each grid pairs a client's private image (top) with what the server reconstructed from the update alone "
-        "(bottom), matched by PSNR (Hungarian assignment). PSNR above the threshold (20 dB; 19 dB for CIFAR-100) "
-        "is recognizable; pairs at or below it are framed red and labelled 'not recovered'. Identified images "
+        "(bottom), matched by PSNR (Hungarian assignment), with the pair's PSNR. The threshold (20 dB; 19 dB for "
+        "CIFAR-100) is the papers' Rec% rule (Dimitrov et al., App. A.8), a count for comparing attacks, not a "
+        "verdict on what an eye can read: pairs above it are labelled 'recognizable' (green), pairs up to "
+        f"{figures.BORDERLINE_DB:g} dB below it 'borderline' (amber: often still legible), lower ones "
+        "'not recognizable' (red). Identified images "
         "(IIP) is the share whose reconstruction is closer to its original than to any other of the client's "
         "images. metrics.json holds every number, the full configuration and one entry per sweep value.")))
     document = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -47,7 +47,28 @@ def _config(config, settings: dict) -> AuditConfig:
     return base
 
 
-def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **settings) -> dict:
+def audit(config=None, *, out="fedleak-report", progress="auto", log=print, threads: int = 1, **settings) -> dict:
+    """Audit a deployment and write ``out/report.html`` and ``out/metrics.json``; returns the metrics.
+
+    Runs on ``threads`` torch CPU threads (default 1, as ``fedleak audit``; restored afterwards):
+    the unrolled FedAvg attacks' results depend on the thread count (measured: Dimitrov et al.'s
+    reconstruction at seed 0 differs between 1 and 2 threads, Inverting Gradients on FedSGD does
+    not), so the API and the CLI give the same numbers. ``metrics.json``'s ``environment`` says what
+    else they depend on. See :func:`_audit` for the arguments.
+    """
+    import torch
+
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 1024:
+        raise FedleakError(f"threads must be an integer from 1 to 1024, got {threads!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _audit(config, out=out, progress=progress, log=log, **settings)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **settings) -> dict:
     """Audit a deployment and write ``out/report.html`` and ``out/metrics.json``; returns the metrics.
 
     ``config``: an :class:`AuditConfig`, a mapping or a path to a YAML file with the keys of the CLI
@@ -131,6 +152,10 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
+            runs = attack_runs(cfg, plans)
+            show({"stage": f"plan: {runs} attack run(s) ({len(plans)} setting(s) x {cfg.clients} client(s) or "
+                  f"aggregate(s)){' with --quick attacks (shortened budgets)' if cfg.quick else ''}; a time estimate "
+                  "follows once the first iterations are measured", "plan": {"attacks": runs}})
         points, examples = [], []
         for value, plan in zip(values, plans):
             label = f"{sweep.knob}={value:g}" if sweep else ""
@@ -157,7 +182,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
                                          next((p.defense for p in plans if p.defense.active), None))
                   if sweep else None, "points": points,
                   "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
-                  "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"]}
+                  "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"],
+                  "environment": environment(device)}
         result["what_to_change"] = report.what_to_change(result)
         if is_text:  # a low verdict where the exact attacks could not decide is no protection
             undecided = [p["value"] for p in points if p["threat_models"]["honest-but-curious"].get("condition_failed")
@@ -193,6 +219,30 @@ def _previous(out: Path) -> dict:
         return {}
 
 
+def environment(device) -> dict:
+    """What the numbers depend on besides the configuration and seed (``docs/audit.md``, Reproducibility)."""
+    import platform
+
+    import torch
+
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(device),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
+            "reproducible_given": "the seed, the same torch build, CPU instruction set, thread count and device; "
+                                  "other float rounding changes the optimizations' results"}
+
+
+def attack_runs(cfg: AuditConfig, plans: list) -> int:
+    """How many attacks the audit will run (the engine's choice of attacks per scenario, per target)."""
+    from . import threats
+    from .engine import MALICIOUS_NAMES
+
+    override = [a for a in (cfg.attacks or ()) if a not in MALICIOUS_NAMES]
+    per_target = sum(len(threats.honest_attacks(s.key, override=override, quick=cfg.quick, iterations=cfg.iterations,
+                                                seed=cfg.seed, text=text_audit.is_text(cfg.data))) if (override or not cfg.attacks) else 0
+                     for plan in plans for s in plan.scenarios)
+    return cfg.clients * (per_target + (len(plans) if cfg.malicious else 0))
+
+
 def _write(out: Path, result: dict, examples: list, log=None) -> None:
     """Stage every file inside ``out``, then move them in (nothing half-written if anything fails)."""
     from ..runs.lock import staging_dir
@@ -224,7 +274,7 @@ def _log_summary(log, result: dict, out: Path) -> None:
             log(f"\n{result['sweep']['label']} = {point['value']:g}")
         log("\n" + report.printed_table(point))
         for name, tm in point["threat_models"].items():
-            log(report.verdict_sentence(name, tm))
+            log(report.verdict_sentence(name, tm, quick=bool(result.get("quick"))))
         if "malicious" in point["scenarios"]:
             log(report.imprint_sentence(point["scenarios"]["malicious"]))
         eps = report.epsilon_text(point)

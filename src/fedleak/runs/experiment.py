@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -30,6 +30,7 @@ from .execution import LocalExecutor
 from ..fl import Defense, batch_schedule, client_rounds, client_update
 from .job_files import RECORD_METRICS, data_digest, job_hash, job_path, keep_aside, reusable, write_json
 from .naming import check_distinct
+from .progress import _Progress, interrupted_message
 from .run_report import write_outputs
 from ..types import ClientData, Protocol
 
@@ -92,7 +93,8 @@ class Runner:
     """Executes an :class:`ExperimentConfig` into an output folder, on a local or Ray executor."""
 
     def __init__(self, config: ExperimentConfig, out=None, *, device: str = "cpu", dtype=torch.float32,
-                 show_progress: bool = True, log: Callable[[str], None] = print, executor=None) -> None:
+                 show_progress: bool = True, log: Callable[[str], None] = print, executor=None,
+                 progress: Optional[Callable[[dict], None]] = None) -> None:
         self.config = config
         self.out = None if out is None else Path(out)
         self.device = torch.device(device)
@@ -100,6 +102,7 @@ class Runner:
         self.show_progress = show_progress
         self.log = log
         self.executor = executor or LocalExecutor()
+        self.progress = progress  # API callback: event dicts (plan, step, job, heartbeat); see _Progress
         self._data_cache: dict = {}
         self._model_cache: dict = {}
 
@@ -210,7 +213,9 @@ class Runner:
         reused = len(planned) - len(pending)
         _RUNNERS.clear()
         _RUNNERS[self.context.key] = self  # the local executor computes with this runner's caches
-        progress = _Progress(len(planned), reused, self.show_progress, self.config.name, self.log)
+        progress = _Progress(len(planned), reused, pending, self.show_progress, self.config.name, self.log,
+                             local=getattr(self.executor, "name", "local") == "local", callback=self.progress)
+        progress.planned(planned, self.config.variants)
         try:
             for index, result in self.executor.map(compute_job, self.context, pending, progress=progress.inner):
                 job = pending[index]
@@ -220,8 +225,8 @@ class Runner:
                 write_json(job.path, {**result["record"], "config_hash": stamp})
                 progress.finished(job, result["record"])
         except KeyboardInterrupt:
-            self.log(f"\ninterrupted after {progress.done} of {len(planned)} jobs; finished jobs are saved in "
-                     f"{self.out / 'jobs'} — run the same command again to resume")
+            progress.close()
+            self.log("\n" + interrupted_message(self.out, len(planned)))
             raise
         finally:
             progress.close()
@@ -310,38 +315,6 @@ def compute_job(context: RunContext, job: PlannedJob) -> dict:
         runner = _RUNNERS[context.key] = Runner(context.config, device=context.device, dtype=context.dtype,
                                                 show_progress=False, log=lambda *_: None)
     return runner.compute(job)
-
-
-class _Progress:
-    """One progress bar over all jobs (tqdm on a terminal), else one log line per finished job."""
-
-    def __init__(self, total: int, reused: int, show: bool, name: str, log) -> None:
-        self.total, self.done, self.log, self.bar = total, reused, log, None
-        self.start = time.perf_counter()
-        if show:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=reused, desc=name, unit="job", dynamic_ncols=True)
-
-    def inner(self, step: int, total: int, loss: float) -> None:
-        """Optimization steps of the running job (local executor only)."""
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"it {step}/{total} loss {loss:.3g}", refresh=False)
-            self.bar.refresh() if step % 50 == 0 or step == total else None
-
-    def finished(self, job: PlannedJob, record: dict) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.update(1)
-            return
-        psnr = record.get("psnr")
-        score = f"PSNR {psnr:.2f} dB, " if isinstance(psnr, (int, float)) else ""
-        self.log(f"[{self.done}/{self.total}] {job}: {score}{record.get('seconds', 0):.1f} s "
-                 f"(elapsed {time.perf_counter() - self.start:.0f} s)")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _grid(rec, client: ClientData, spec, scores: dict):

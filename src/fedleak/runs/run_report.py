@@ -40,7 +40,11 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def comparison_rows(by_setting: dict, paper: dict) -> tuple[list[dict], list[str]]:
-    """One row per (setting, variant): our mean ± std beside the paper's number."""
+    """One row per (setting, variant): our mean ± std beside the paper's number.
+
+    A "(paper)" column appears only for a metric the paper's section gives for some shown row; a
+    user's own experiment (no ``paper:``) gets our columns alone.
+    """
     paper = paper if isinstance(paper, dict) else {}
 
     def paper_entry(setting, variant) -> dict:
@@ -61,7 +65,14 @@ def comparison_rows(by_setting: dict, paper: dict) -> tuple[list[dict], list[str
                 row[key] = None if mean is None else f"{mean:.2f} ± {stats.get(key + '_std', 0):.2f}"
                 row[f"{key} (paper)"] = theirs.get(key)
             rows.append(row)
-    return rows, ["setting", "variant", "clients"] + [c for k in present for c in (k, f"{k} (paper)")]
+    with_paper = {k for k in present if any(r.get(f"{k} (paper)") is not None for r in rows)}
+    return rows, ["setting", "variant", "clients"] + [c for k in present
+                                                      for c in ((k, f"{k} (paper)") if k in with_paper else (k,))]
+
+
+def has_paper(columns: list[str]) -> bool:
+    """Whether a comparison table shows any of the paper's numbers."""
+    return any(c.endswith(" (paper)") for c in columns)
 
 
 def comparison_table(name: str, description: str, by_setting: dict, paper: dict) -> str:
@@ -72,7 +83,8 @@ def comparison_table(name: str, description: str, by_setting: dict, paper: dict)
 
     rows, columns = comparison_rows(by_setting, paper)
     title, text = (escape(" ".join(str(t).split()), quote=False) for t in (name, description))
-    return f"# {title}\n\n{text}\n\n" + markdown_table(rows, columns) + "\n"
+    note = "" if has_paper(columns) else "(No paper numbers for these settings: our results only.)\n\n"
+    return f"# {title}\n\n{text}\n\n{note}" + markdown_table(rows, columns) + "\n"
 
 
 def write_outputs(out, name: str, description: str = "", paper: dict | None = None,
@@ -152,17 +164,25 @@ def report_run(run_dir, images_per_variant: int = 3) -> Path:
         status += f" {unreadable} job file(s) could not be read and are left out (a resumed run recomputes them)."
     table_rows, columns = comparison_rows(by_setting, config.get("paper") or {})
     text = "\n\n".join(t for t in (str(config.get("description") or ""), status) if t)
-    sections = [{"title": "Ours vs the paper", "text": text, "table": table_rows, "columns": columns}]
+    sections = [{"title": "Ours vs the paper" if has_paper(columns) else "Results (mean ± std over clients)",
+                 "text": text, "table": table_rows, "columns": columns}]
     metric_columns = ["variant", "clients", "rec_percent", "psnr", "ssim", "label_count_error"]
     for setting, variants in by_setting.items():
         table = [{"variant": v, **{k: s.get(k) for k in metric_columns[1:]}} for v, s in variants.items()]
-        images = []
+        images, notes = [], []
         for variant in variants:
             pictures = [p.with_suffix(".png") for p, r in located if r["setting"] == setting and r["variant"] == variant]
-            for png in [p for p in pictures if p.exists()][:images_per_variant]:
+            existing = [p for p in pictures if p.exists()]
+            for png in existing[:images_per_variant]:
                 record = next(r for p, r in located if p.with_suffix(".png") == png)
                 with Image.open(png) as img:
                     images.append((f"{variant} — client {record.get('client')}", img.copy()))
-        sections.append({"title": f"Setting {setting}", "table": table, "columns": metric_columns, "images": images})
+            if len(existing) > images_per_variant:
+                notes.append(f"{variant}: the grids of {images_per_variant} of its {len(existing)} clients are shown; "
+                             f"every client's grid is in {existing[0].parent}/*.png.")
+        section = {"title": f"Setting {setting}", "table": table, "columns": metric_columns, "images": images}
+        if notes:
+            section["text"] = "\n\n".join(notes)
+        sections.append(section)
     title = f"fedleak run: {config.get('name') or run_dir.name}"
     return html_report(run_dir / "report.html", title, sections)

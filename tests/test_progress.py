@@ -1,0 +1,153 @@
+"""Progress off a terminal (issue 23 item 1): the plan, heartbeat lines within a bounded interval
+(``FEDLEAK_PROGRESS_INTERVAL``), the ``fedleak`` logger, the API callback, and an interrupt message
+true to what is on disk."""
+
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from fedleak.attacks.optimize import OptimizerConfig, optimize
+from fedleak.audit.progress import LogProgress
+from fedleak.runs.progress import interrupted_message
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+TINY = """\
+name: tiny
+data: {dataset: digits, num_clients: 2, samples_per_client: 2}
+model: {name: femnist-cnn}
+protocol: {algorithm: fedsgd}
+threat: {labels: counts}
+variants: {ig: {attack: inverting-gradients, options: {iterations: 150}}}
+"""
+
+
+def _cli(tmp_path, *args, interval="0.3"):
+    env = {**os.environ, "FEDLEAK_PROGRESS_INTERVAL": interval, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "fedleak.cli", "--threads", "1", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+
+
+def _lines(proc, until=None, timeout=60.0):
+    """(arrival time, line) pairs read from a child's stdout (a pipe: off a terminal)."""
+    out, deadline = [], time.monotonic() + timeout
+    for line in proc.stdout:
+        out.append((time.monotonic(), line.rstrip("\n")))
+        if (until and until(line)) or time.monotonic() > deadline:
+            break
+    return out
+
+
+def test_run_prints_plan_and_heartbeat_lines_off_a_terminal(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    proc = _cli(tmp_path, "run", "tiny.yaml", "--out", "runs/tiny")
+    lines = _lines(proc)
+    assert proc.wait(timeout=60) == 0, "\n".join(l for _, l in lines)
+    text = [l for _, l in lines]
+    assert text[0].startswith("plan: 2 job(s) to run, 0 of 2 already finished")
+    assert any(l.startswith("estimate: ~") and "s per iteration measured" in l for l in text), text
+    beats = [l for l in text if "job 1/2 default/ig/client-0: iteration" in l]
+    assert beats and "loss" in beats[-1] and "ETA ~" in beats[-1], text
+    assert any(l.startswith("[1/2] default/ig/client-0: PSNR") for l in text)
+    # until the last job finished, no silence much longer than the 0.3 s interval
+    work = [t for t, l in lines[: next(i for i, (_, l) in enumerate(lines) if l.startswith("[2/2]")) + 1]]
+    gaps = [b - a for a, b in zip(work, work[1:])]
+    assert max(gaps) < 3.0, gaps
+
+
+def test_interrupt_message_names_only_what_exists(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    proc = _cli(tmp_path, "run", "tiny.yaml", "--out", "runs/t1")
+    lines = _lines(proc, until=lambda l: "iteration" in l)
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)  # a loaded machine may take a while to unwind
+    assert proc.returncode == 130
+    said = rest + "\n".join(l for _, l in lines)
+    jobs = tmp_path / "runs/t1/jobs"
+    finished = list(jobs.rglob("*.json")) if jobs.exists() else []
+    if finished:
+        assert f"{len(finished)} of 2 job file(s) are saved under runs/t1/jobs" in said, said
+    else:
+        assert "interrupted before any job finished (no job file under runs/t1)" in said, said
+        assert "saved in" not in said
+
+
+def test_interrupted_message_counts_job_files(tmp_path):
+    assert "before any job finished" in interrupted_message(tmp_path / "none", 5)
+    (tmp_path / "jobs/s/v").mkdir(parents=True)
+    (tmp_path / "jobs/s/v/a.json").write_text("{}")
+    (tmp_path / "jobs/s/v/b.json.stale").write_text("{}")
+    assert interrupted_message(tmp_path, 5).startswith(f"interrupted: 1 of 5 job file(s) are saved under {tmp_path / 'jobs'}")
+
+
+def test_audit_log_progress_heartbeat_and_eta(monkeypatch):
+    monkeypatch.setenv("FEDLEAK_PROGRESS_INTERVAL", "0.1")
+    stream = io.StringIO()
+    show = LogProgress(stream=stream)
+    try:
+        show({"stage": "plan: 2 attack run(s)", "plan": {"attacks": 2}})
+        show({"stage": "fedsgd: IG", "attack": True})
+        show({"stage": "fedsgd: IG", "step": 5, "total": 100, "loss": 0.5})
+        time.sleep(0.6)  # a long iteration: the heartbeat must speak
+    finally:
+        show.close()
+    text = stream.getvalue()
+    assert "attack 1/2 fedsgd: IG: iteration 5/100, loss 0.5; ETA ~" in text, text
+
+
+def test_optimize_logs_to_the_fedleak_logger_without_a_reporter(monkeypatch, caplog):
+    monkeypatch.setenv("FEDLEAK_PROGRESS_INTERVAL", "0.01")
+    x = torch.zeros(3)
+
+    def slow(step):
+        time.sleep(0.003)
+        return ((x - 1) ** 2).sum()
+
+    with caplog.at_level(logging.INFO, logger="fedleak"):
+        optimize([x], slow, OptimizerConfig(lr=0.1, iterations=40, log_every=5), description="demo")
+    lines = [r.getMessage() for r in caplog.records if r.name == "fedleak"]
+    assert lines and lines[0].startswith("demo: iteration ") and "loss" in lines[0], lines
+
+
+def test_run_progress_callback_receives_plan_steps_and_jobs():
+    from types import SimpleNamespace
+
+    from fedleak.runs.progress import _Progress
+
+    job = SimpleNamespace(setting="s", variant="v", client_index=0, __str__=lambda self: "s/v/c0")
+    events, lines = [], []
+    progress = _Progress(1, 0, [job], False, "tiny", lines.append, callback=events.append)
+    try:
+        progress.planned([job], [SimpleNamespace(name="v", attack="dlg", options={"iterations": 3})])
+        for step in (1, 2, 3):
+            progress.inner(step, 3, 0.5 / step)
+        progress.finished(job, {"psnr": 21.5, "seconds": 0.1})
+    finally:
+        progress.close()
+    assert [e["event"] for e in events] == ["plan", "step", "step", "step", "job"]
+    assert events[-1]["done"] == 1 and events[-1]["total"] == 1 and events[-1]["psnr"] == 21.5
+    assert lines[0].startswith("plan: 1 job(s) to run") and "v: dlg 3 it." in lines[0]
+
+
+def test_fedleak_attack_prints_progress_lines_off_a_terminal(tmp_path, capsys, monkeypatch):
+    import fedleak
+    from fedleak.cli import main
+
+    monkeypatch.setenv("FEDLEAK_PROGRESS_INTERVAL", "0.2")
+    spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=1, seed=0)
+    model = fedleak.models.build("femnist-cnn", spec, seed=0)
+    update = fedleak.client_update(model, clients[0], fedleak.Protocol(algorithm="fedsgd"), seed=0,
+                                   metadata={"model": {"name": "femnist-cnn"}, "spec": spec.to_json()})
+    update.save(tmp_path / "u")
+    assert main(["attack", str(tmp_path / "u"), "--attack", "inverting-gradients", "-o", "iterations=30",
+                 "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "attack inverting-gradients" in err and "100% (30/30)" in err and "loss" in err, err
