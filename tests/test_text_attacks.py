@@ -117,3 +117,13 @@ def test_dager_sequence_classification_on_a_decoder():
     rec = build("dager").reconstruct(update, model, DataSpec("t", (1, 1, 8), 2, (0.0,), (1.0,)))
     assert sorted(map(tuple, rec.inputs.tolist())) == sorted(map(tuple, ids.tolist()))
     assert rec.extras["certain"] and rec.extras["second"]["modules"] == ["transformer.h.0.mlp.c_fc"]
+
+
+def test_dager_reports_the_width_limit():
+    """16 × 8 = 128 token inputs > gpt2-tiny's effective width 127 (a bias-free LayerNorm centres its output)."""
+    spec, clients = data.load("text", num_clients=1, samples_per_client=16, seq_len=8, task="causal-lm")
+    model = models.build("gpt2-tiny", spec, seed=0)
+    rec = build("dager").reconstruct(client_update(model, clients[0], Protocol("fedsgd", lr=0.01)), model, spec)
+    exact = rec.extras["exactness"]
+    assert exact["holds"] is False and exact["tokens"] == 128 and exact["limit"] == 127
+    assert rec.inputs.shape == (0, 8) and not rec.extras["certain"]
