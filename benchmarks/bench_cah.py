@@ -25,6 +25,7 @@ import fedleak
 from fedleak.fl import client_update
 from fedleak.models.imprint import imprint
 from fedleak.types import Protocol
+from _results import fresh  # noqa: E402  (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).parent / "results" / "malicious-cah.json"
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
@@ -36,7 +37,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--rows", default="128,500,1000")
     parser.add_argument("--root", default=os.environ.get("FEDLEAK_CIFAR10", str(ROOT)))
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=fresh("malicious-cah.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.time()

@@ -28,6 +28,7 @@ import fedleak
 from fedleak.fl import client_update
 from fedleak.models.fishing import fishing
 from fedleak.types import ClientData, Protocol
+from _results import fresh  # noqa: E402  (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).parent / "results" / "malicious-fishing.json"
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar100"
@@ -41,7 +42,7 @@ def main() -> None:
     parser.add_argument("--honest-iterations", type=int, default=None,
                         help="Inverting Gradients on the honest model at batch <= 64 (default: --iterations; 0 skips)")
     parser.add_argument("--root", default=os.environ.get("FEDLEAK_CIFAR100", str(ROOT)))
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=fresh("malicious-fishing.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.time()

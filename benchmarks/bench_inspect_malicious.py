@@ -44,6 +44,7 @@ from fedleak.fl.training import train_fedavg
 from fedleak.models.disguise import disguised_imprint, honest_looking_trap, read_disguised
 from fedleak.models.imprint import imprint
 from fedleak.models.loki import loki
+from _results import fresh  # noqa: E402  (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).parent / "results" / "inspect-malicious.json"
 CHECKS = ("structural", "dsnr", "rows", "pairs", "any")
@@ -198,7 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=fresh("inspect-malicious.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -34,6 +34,7 @@ from fedleak.fl.secagg import concatenate, secure_aggregate_per_client
 from fedleak.models.imprint import imprint
 from fedleak.models.loki import loki
 from fedleak.types import Protocol
+from _results import fresh  # noqa: E402  (benchmarks/ is the script's folder)
 
 RESULTS = Path(__file__).parent / "results" / "malicious-scale.json"
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
@@ -92,7 +93,7 @@ def main() -> None:
     parser.add_argument("--samples", default="8,32")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--root", default=os.environ.get("FEDLEAK_CIFAR10", str(ROOT)))
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=fresh("malicious-scale.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.time()

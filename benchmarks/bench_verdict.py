@@ -38,6 +38,7 @@ from fedleak.fl import client_update
 from fedleak.metrics import evaluate
 from fedleak.models.registry import build as build_model
 from fedleak.types import Protocol
+from _results import fresh  # noqa: E402  (benchmarks/ is the script's folder)
 
 EXACT_DB = 100.0
 
@@ -145,7 +146,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar100"))
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "verdict.json"))
+    p.add_argument("--out", default=fresh("verdict.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)

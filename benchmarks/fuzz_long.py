@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from _results import fresh  # noqa: E402  (benchmarks/ is the script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -30,7 +31,7 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=2000, help="cases per target (the CLI and API get 1/2)")
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--only", help="comma-separated target names")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fuzz.json"))
+    parser.add_argument("--out", default=fresh("fuzz.json"), help="default: a new timestamped file in benchmarks/results/ (name the tracked file to update it)")
     args = parser.parse_args()
 
     import torch

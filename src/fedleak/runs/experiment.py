@@ -215,8 +215,8 @@ class Runner:
         _RUNNERS[self.context.key] = self  # the local executor computes with this runner's caches
         progress = _Progress(len(planned), reused, pending, self.show_progress, self.config.name, self.log,
                              local=getattr(self.executor, "name", "local") == "local", callback=self.progress)
-        progress.planned(planned, self.config.variants)
-        try:
+        try:  # from the plan line on, an interrupt says what is on disk
+            progress.planned(planned, self.config.variants)
             for index, result in self.executor.map(compute_job, self.context, pending, progress=progress.inner):
                 job = pending[index]
                 if result["image"] is not None:
