@@ -31,7 +31,7 @@ from .config import AuditConfig, Plan, Scenario
 from .default import describe
 from .progress import optimizer_callback
 from .tuning import tuned_choice
-from .verdict import converged, judge, judge_evidence, sok_letter
+from .verdict import SOK_THREAT_MODELS, converged, judge, judge_evidence, sok_letter
 
 #: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies)
 VERBATIM_DB = 60.0
@@ -247,8 +247,10 @@ class Auditor:
 
         first = plan.scenarios[0].protocol
         bn = ("train" if first.train_mode else "eval") if has_batchnorm(self.model) else "no BatchNorm"
-        auxiliary = bool(self.config.tune) and not malicious
-        return {"threat_model_sok": sok_letter(malicious, auxiliary, True),
+        # surrogate data: the tuner's public clients (honest); the public text a text imprint's bins are fitted to
+        auxiliary = (bool(self.config.tune) and not malicious) or (malicious and self.text)
+        letter = sok_letter(malicious, auxiliary, True)
+        return {"threat_model_sok": letter, "threat_model_sok_name": SOK_THREAT_MODELS[letter],
                 "sok_dimensions": {"modifies the model": malicious, "uses auxiliary data": auxiliary,
                                    "knows training details": True},
                 "batchnorm": bn, "labels": "inferred from the update (never the truth)",

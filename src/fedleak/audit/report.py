@@ -176,7 +176,8 @@ def _assumptions(tm: dict) -> str:
     a = tm.get("assumptions") or {}
     if not a:
         return "not recorded"
-    return (f"threat model {a.get('threat_model_sok')} (SoK of Carletti et al. 2025, as mapped in fedleak.audit.verdict), "
+    return (f"threat model {a.get('threat_model_sok')}, {a.get('threat_model_sok_name', '')} (the A–H threat models of the "
+            f"SoK of Carletti et al., USENIX Security 2025), "
             f"BatchNorm {a.get('batchnorm')}, labels {a.get('labels')}")
 
 

@@ -80,17 +80,29 @@ EVIDENCE_RULE = (
     f"fails and every optimization attack was tuned and run at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget; "
     "otherwise a not-found result is inconclusive. A verdict is never a statement that a deployment is safe.")
 
-#: threat models in the A–H letters of the SoK of Carletti et al. 2025 (gradient inversion in FL), as fedleak
-#: maps them: the letter is read off three binary choices, in this order — does the server modify the model
-#: or protocol it sends (malicious) or follow it (honest-but-curious); does it use auxiliary (public or
-#: surrogate) data; does it know the client's training details (batch size, epochs, lr, BatchNorm mode).
-#: fedleak's honest server knows the training details and uses public data only to tune (``--tune``).
+#: the threat models A–H of the SoK of Carletti et al. (USENIX Security 2025, "SoK: Gradient Inversion Attacks in
+#: Federated Learning", Table of threat models): cumulative knowledge of an eavesdropping server — A model updates;
+#: B + basic knowledge (architecture); C + training details (batch size, epochs, lr); D + surrogate data; E + the
+#: clients' data distribution — and of a manipulating one: F active manipulation (with training details), G + surrogate
+#: data, H + client selection.
+SOK_THREAT_MODELS = {"A": "Eavesdropper", "B": "Informed Eavesdropper", "C": "Parameter-Aware Eavesdropper",
+                     "D": "Data-Enhanced Eavesdropper", "E": "Statistical-Informed Eavesdropper",
+                     "F": "Active Manipulator", "G": "Data-Enhanced Manipulator", "H": "Active Client Manipulator"}
 SOK_DIMENSIONS = ("modifies the model", "uses auxiliary data", "knows training details")
 
 
 def sok_letter(malicious: bool, auxiliary: bool, knows_training: bool = True) -> str:
-    """The A–H letter of a threat model from the three choices of :data:`SOK_DIMENSIONS` (A = 000 … H = 111)."""
-    return "ABCDEFGH"[4 * bool(malicious) + 2 * bool(auxiliary) + bool(knows_training)]
+    """The SoK's letter (:data:`SOK_THREAT_MODELS`) of a server that knows the architecture (always, in fedleak).
+
+    Honest-but-curious: B without the training details, C with them, D with surrogate data too (``--tune``).
+    Malicious (ships a modified model; the SoK's manipulators know the training details): F, or G when it also
+    uses surrogate data (e.g. imprint bins fitted to public inputs). fedleak never selects clients (H).
+    """
+    if malicious:
+        return "G" if auxiliary else "F"
+    if auxiliary:
+        return "D"
+    return "C" if knows_training else "B"
 
 
 def converged(losses, window: float = 0.25, rel: float = 0.01) -> "Optional[bool]":
