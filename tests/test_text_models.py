@@ -25,7 +25,7 @@ TEXT = ("Federated learning trains a shared model on data that never leaves the 
 
 @pytest.fixture(scope="module")
 def lm_data():
-    return data.load("text", num_clients=2, samples_per_client=3, seq_len=12, task="causal-lm")
+    return data.load("text", num_clients=2, samples_per_client=2, seq_len=8, task="causal-lm")
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +50,9 @@ def test_spec_json_roundtrip_and_old_specs():
 @pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny"])
 def test_config_models_build_fast_and_train(name, lm_data):
     spec, clients = lm_data
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the shared test machine's load does not count
     model = models.build(name, spec, seed=3)
-    assert time.perf_counter() - start < 5.0 or name == "gpt2-tiny"  # the first build also imports transformers
+    assert time.process_time() - start < 5.0 or name == "gpt2-tiny"  # the first build also imports transformers
     assert isinstance(model, HFTextModel) and model.task == "causal-lm" and model.pad_id == 0
     assert clients[0].inputs.dtype == torch.int64 and spec.vocab_size == spec.num_classes == 30522
     again = models.build(name, spec, seed=3)
@@ -65,7 +65,7 @@ def test_config_models_build_fast_and_train(name, lm_data):
     model.loss_fn(model(clients[0].inputs), clients[0].labels).backward()
     name0 = next(iter(sgd.gradient))
     assert torch.allclose(dict(model.named_parameters())[name0].grad, sgd.gradient[name0], atol=1e-5)
-    avg = client_update(model, clients[0], Protocol("fedavg", epochs=2, batch_size=1, lr=0.05))
+    avg = client_update(model, clients[0], Protocol("fedavg", epochs=1, batch_size=1, lr=0.05))
     moved = sum(float((avg.client_params[k] - avg.server_params[k]).abs().sum()) for k in avg.server_params)
     assert moved > 0
 
@@ -74,7 +74,7 @@ def test_lora_update_holds_only_adapters(lm_data):
     spec, clients = lm_data
     model = models.build("gpt2-tiny", spec, seed=0, lora=4)
     assert model.lora_rank == 4
-    update = client_update(model, clients[0], Protocol("fedavg", epochs=1, batch_size=3, lr=0.1))
+    update = client_update(model, clients[0], Protocol("fedavg", epochs=1, batch_size=2, lr=0.1))
     assert update.server_params and all("lora_" in k for k in update.server_params)
     for key in update.server_params:
         delta = float((update.client_params[key] - update.server_params[key]).abs().max())
@@ -190,3 +190,22 @@ def test_rouge_and_exact_on_fixed_sequences():
     assert result["rouge_on"] == "text" and result["rougeL"] == 1.0 and result["exact_sequences"] == 1.0
     empty = metrics.text_scores(torch.zeros(0, 6, dtype=torch.long), truth, pad_id=0)
     assert empty["rouge1"] == 0 and empty["exact_sequences"] == 0
+
+
+def test_model_folder_causal_roundtrip(tmp_path, lm_data):
+    """A saved causal LM folder (config + safetensors + tokenizer.json) loads back as the same model."""
+    import shutil
+
+    from fedleak.audit.text import model_task_and_tokenizer
+    from fedleak.data.tokenizers import minilm_path
+
+    spec, clients = lm_data
+    original = models.build("gpt2-tiny", spec, seed=5)
+    original.hf.save_pretrained(tmp_path)
+    shutil.copy(minilm_path() / "tokenizer.json", tmp_path / "tokenizer.json")
+    task, tokenizer = model_task_and_tokenizer(str(tmp_path))
+    assert task == "causal-lm" and tokenizer.get_vocab_size() == 30522
+    loaded = models.build(str(tmp_path), spec, seed=0)
+    assert loaded.task == "causal-lm" and loaded.pad_id == 0
+    with torch.no_grad():
+        assert torch.allclose(loaded(clients[0].inputs).logits, original(clients[0].inputs).logits, atol=1e-5)

@@ -13,7 +13,7 @@ from .config import KNOBS, AuditConfig
 #: flag destinations that map 1:1 onto AuditConfig keys
 _KEYS = ("model", "weights", "model_seed", "data", "data_root", "samples", "clients", "algorithm", "epochs",
          "batch_size", "lr", "static_batches", "rounds", "sample_rate", "delta", "sweep", "bins", "iterations",
-         "quick", "seed", "device")
+         "quick", "seed", "device", "seq_len", "lora", "lora_warmup", "text_field", "label_field")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rounds", type=int, help="DP-SGD: rounds a client takes part in (default 1)")
     g.add_argument("--sample-rate", type=float, help="DP-SGD: per-step sampling rate q (default batch size / N)")
     g.add_argument("--delta", type=float, help="DP-SGD: δ of the (ε, δ) guarantee (default 1e-5)")
+    g = p.add_argument_group("language models (--data text)")
+    g.add_argument("--seq-len", type=int, help="tokens per sequence L (default 16)")
+    g.add_argument("--lora", type=int, metavar="R", help="LoRA adapters of rank R (alpha 2R) on the attention "
+                   "projections; the update holds only the adapters (FlowerTune)")
+    g.add_argument("--lora-warmup", type=int, metavar="STEPS",
+                   help="train the adapters STEPS steps on other text first (a later round: B != 0)")
+    g.add_argument("--text-field", help="text field of .jsonl records (default text)")
+    g.add_argument("--label-field", help="label field of .jsonl records for classifiers (default label)")
     g = p.add_argument_group("what the audit does")
     g.add_argument("--sweep", metavar="KNOB=V1,V2,...", help=f"one knob over values: {', '.join(KNOBS)}")
     g.add_argument("--attacks", help="comma-separated attacks replacing the threat models' choice (fedleak attacks)")

@@ -33,9 +33,10 @@ KNOBS = {
     "samples": (int, "samples per client N"),
     "defense": (float, "strength of the defense: DP-SGD σ, Gaussian σ, Laplacian b, pruning p (0 = off)"),
     "secagg": (int, "clients K summed by secure aggregation (1 = off)"),
+    "lora": (int, "LoRA rank R of a language model's adapters (--data text)"),
 }
 SHORT_LABELS = {"epochs": "local epochs E", "batch_size": "local batch size m", "lr": "client learning rate η",
-                "samples": "samples per client N", "secagg": "clients per secure aggregate K"}
+                "samples": "samples per client N", "secagg": "clients per secure aggregate K", "lora": "LoRA rank R"}
 DEFENSE_LABELS = {"dp-sgd": "DP-SGD noise multiplier σ", "gaussian": "Gaussian noise σ", "laplacian": "Laplacian noise b",
                   "pruning": "pruning probability p"}
 
@@ -118,6 +119,7 @@ class Plan:
     rounds: int
     sample_rate: Optional[float]
     delta: float
+    lora: Optional[int] = None  # LoRA rank of a language model at this setting (None: full fine-tuning)
 
     @property
     def dp(self) -> bool:
@@ -152,6 +154,12 @@ class AuditConfig:
     quick: bool = False
     seed: int = 0
     device: str = "cpu"
+    # text audits (--data text): sequence length, LoRA rank and warm-up steps, .jsonl field names
+    seq_len: Optional[int] = None
+    lora: Optional[int] = None
+    lora_warmup: int = 0
+    text_field: str = "text"
+    label_field: str = "label"
     extra: dict = field(default_factory=dict, repr=False)
 
     # -- sources ----------------------------------------------------------------------------
@@ -243,7 +251,13 @@ class AuditConfig:
                 check_privacy(defense.scale, _number("sample_rate", sample_rate), _number("delta", delta))
             else:
                 check_privacy(defense.scale, 1.0, _number("delta", delta))
-        return Plan(tuple(scenarios), defense, secagg, rounds, sample_rate, float(delta))
+        lora = at.get("lora", self.lora)
+        if lora is not None:
+            lora = _integer("lora", lora, 1)
+        _integer("lora_warmup", self.lora_warmup, 0)
+        if self.seq_len is not None:
+            _integer("seq_len", self.seq_len, 2)
+        return Plan(tuple(scenarios), defense, secagg, rounds, sample_rate, float(delta), lora)
 
 
 def _integer(name: str, value, minimum: int) -> int:

@@ -24,6 +24,7 @@ from ..fl import client_update
 from ..fl.accounting import PrivacyParameters, federation_epsilon
 from ..fl.secagg import concatenate, secure_aggregate
 from ..types import ClientData, DataSpec, Reconstruction
+from . import text as text_audit
 from . import threats
 from .config import AuditConfig, Plan, Scenario
 from .default import describe
@@ -93,6 +94,29 @@ class Auditor:
     def __init__(self, config: AuditConfig, spec: DataSpec, model, pool: list, device: str, progress=None):
         self.config, self.spec, self.model, self.pool = config, spec, model, pool
         self.device, self.progress = device, progress
+        self.text = getattr(spec, "modality", "image") == "text"
+
+    # -- modality ------------------------------------------------------------------------------
+    def _evaluate(self, rec: Reconstruction, truth: ClientData, model=None) -> dict:
+        tokenizer = getattr(model if model is not None else self.model, "tokenizer", None)
+        if self.text and tokenizer is None:
+            tokenizer = getattr(getattr(model, "base", None), "tokenizer", None)
+        return metrics.evaluate(rec, truth, self.spec, tokenizer=tokenizer) if self.text \
+            else metrics.evaluate(rec, truth, self.spec)
+
+    def _example(self, rec: Reconstruction, truth: ClientData, scores: dict):
+        if self.text:
+            return text_audit.example(rec, truth, self.spec, scores, getattr(self.model, "tokenizer", None))
+        return _example(rec, truth, self.spec, scores)
+
+    def _summarize(self, per_target: list, seconds: float, choice, rec: Optional[Reconstruction] = None) -> dict:
+        if self.text:
+            exactness = rec.extras.get("exactness") if rec is not None else None
+            return text_audit.summarize(per_target, seconds, choice, exactness)
+        return _summarize(per_target, seconds, choice)
+
+    def _judge(self, scores: dict) -> dict:
+        return text_audit.judge(scores) if self.text else judge(scores)
 
     # -- targets -----------------------------------------------------------------------------
     def targets(self, plan: Plan, samples: int) -> list[list[ClientData]]:
@@ -117,18 +141,20 @@ class Auditor:
         for scenario in plan.scenarios:
             groups = self.targets(plan, scenario.samples)
             choices = (threats.honest_attacks(scenario.key, override=override, quick=cfg.quick,
-                                              iterations=cfg.iterations, seed=cfg.seed)
+                                              iterations=cfg.iterations, seed=cfg.seed, text=self.text)
                        if (override or not cfg.attacks) else [])
             entry = {"text": describe(scenario.protocol, scenario.samples, plan.secagg),
                      "protocol": scenario.protocol.to_json(), "num_samples": scenario.samples,
                      "clients_per_target": plan.secagg, "targets": len(groups), "attacks": {}}
+            if self.text:
+                entry["text"] = entry["text"].replace("images", f"sequences of {self.spec.seq_len} tokens")
             updates = []
             for t, group in enumerate(groups):
                 _event(self.progress, f"{prefix}{scenario.key}: client update {t + 1}/{len(groups)}")
                 updates.append((self.observe(self.model, group, scenario, plan, cfg.seed + t * plan.secagg),
                                 concatenate(group)))
             for choice in choices:
-                per_target, seconds = [], 0.0
+                per_target, seconds, first_rec = [], 0.0, None
                 for t, (update, truth) in enumerate(updates):
                     stage = f"{prefix}{scenario.key}: {choice.title}" + (f", target {t + 1}/{len(updates)}"
                                                                          if len(updates) > 1 else "")
@@ -137,24 +163,26 @@ class Auditor:
                     with progress_reporter(optimizer_callback(self.progress, stage)):
                         rec = threats.build(choice).reconstruct(update, self.model, self.spec)
                     seconds += time.perf_counter() - start
-                    scores = metrics.evaluate(rec, truth, self.spec)
+                    scores = self._evaluate(rec, truth)
                     scores["target"] = truth.client_id
                     per_target.append(scores)
                     if t == 0:
-                        result.examples[(scenario.key, choice.title)] = _example(rec, truth, self.spec, scores)
-                summary = _summarize(per_target, seconds, choice)
+                        first_rec = rec
+                        result.examples[(scenario.key, choice.title)] = self._example(rec, truth, scores)
+                summary = self._summarize(per_target, seconds, choice, first_rec)
                 entry["attacks"][choice.name] = summary
                 honest_scores[f"{scenario.key}: {choice.title} [{choice.name}]"] = summary
             if plan.dp:
                 result.data["epsilon"][scenario.key] = self.epsilon(plan, scenario)
             result.data["scenarios"][scenario.key] = entry
         result.data["threat_models"][threats.HONEST] = {"description": threats.THREAT_MODELS[threats.HONEST],
-                                                        **judge(honest_scores)}
+                                                        **self._judge(honest_scores)}
         if cfg.malicious:
             mal = self.malicious(plan, malicious_override[0] if malicious_override else None, prefix, result)
             result.data["scenarios"]["malicious"] = mal
             result.data["threat_models"][threats.MALICIOUS] = {
-                "description": threats.THREAT_MODELS[threats.MALICIOUS], **judge({f"{mal['title']} [{mal['attack']}]": mal})}
+                "description": threats.THREAT_MODELS[threats.MALICIOUS],
+                **self._judge({f"{mal['title']} [{mal['attack']}]": mal})}
         return result
 
     def epsilon(self, plan: Plan, scenario: Scenario) -> dict:
@@ -183,8 +211,10 @@ class Auditor:
         structure = "cumulative" if scenario.protocol.algorithm == "fedsgd" else "sparse"
         name = attack_name or ("imprint" if structure == "cumulative" else "imprint-sparse")
         base = copy.deepcopy(self.model).cpu()
+        placement = text_audit.imprint_placement(base, self.spec) if self.text else {}
         shipped = imprint(base, self.spec, bins=self.config.bins, structure=structure, linfunc="randn",
-                          gain=1.0 if structure == "cumulative" else 1e-3, seed=self.config.seed).to(self.device)
+                          gain=1.0 if structure == "cumulative" else 1e-3, seed=self.config.seed,
+                          **placement).to(self.device)
         choice = threats.choose(name, quick=self.config.quick, iterations=self.config.iterations, seed=self.config.seed)
         per_target, seconds, verbatim, total = [], 0.0, 0, 0
         for t, group in enumerate(self.targets(plan, samples)):
@@ -195,14 +225,17 @@ class Auditor:
             start = time.perf_counter()
             rec = threats.build(choice).reconstruct(update, shipped, self.spec)
             seconds += time.perf_counter() - start
-            scores = metrics.evaluate(rec, truth, self.spec)
+            scores = self._evaluate(rec, truth, shipped)
             scores["target"] = truth.client_id
             per_target.append(scores)
-            verbatim += sum(1 for p in scores["psnr_per_input"] if p is not None and p > VERBATIM_DB)
+            if self.text:  # verbatim = recovered token for token
+                verbatim += int(round(scores["exact_sequences"] * scores["num_inputs"]))
+            else:
+                verbatim += sum(1 for p in scores["psnr_per_input"] if p is not None and p > VERBATIM_DB)
             total += len(truth)
             if t == 0:
-                result.examples[("malicious", choice.title)] = _example(rec, truth, self.spec, scores)
-        summary = _summarize(per_target, seconds, choice)
+                result.examples[("malicious", choice.title)] = self._example(rec, truth, scores)
+        summary = self._summarize(per_target, seconds, choice)
         per_target_n = total // len(per_target)
         summary.update({
             "protocol": scenario.protocol.to_json(), "structure": structure, "bins": self.config.bins,

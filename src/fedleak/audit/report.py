@@ -16,6 +16,7 @@ from PIL import Image
 
 from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
 from . import figures
+from . import text_report
 from .threats import HONEST, MALICIOUS
 from .verdict import COLOURS, RULE
 
@@ -36,6 +37,8 @@ td.v { color: #fff; font-weight: 600; }
 
 def rows(point: dict) -> list[dict]:
     """One row per (scenario, attack) with the human column names."""
+    if _text_point(point):
+        return text_report.rows(point)
     out = []
     for key, scenario in point["scenarios"].items():
         attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
@@ -55,12 +58,20 @@ def _columns(table: list[dict]) -> list[str]:
     return [c for c in COLUMNS.values() if c != COLUMNS["rec_range"] or any(r.get(c) for r in table)]
 
 
+def _text_point(point: dict) -> bool:
+    return any(text_report.is_text(tm) for tm in point.get("threat_models", {}).values())
+
+
 def printed_table(point: dict) -> str:
+    if _text_point(point):
+        return text_report.printed_table(point)
     table = rows(point)
     return markdown_table(table, [c for c in _columns(table) if c != COLUMNS["seconds"]])
 
 
 def verdict_sentence(name: str, tm: dict, prefix: bool = True) -> str:
+    if text_report.is_text(tm):
+        return text_report.verdict_sentence(THREAT_TITLES[name], tm, prefix)
     head = f"{THREAT_TITLES[name]}: {tm['verdict'].upper()} leakage. " if prefix else ""
     if tm["verdict"] == "not run":
         return f"{THREAT_TITLES[name]}: not evaluated (no attack of this threat model ran)."
@@ -70,6 +81,8 @@ def verdict_sentence(name: str, tm: dict, prefix: bool = True) -> str:
 
 def imprint_sentence(mal: dict) -> str:
     """The malicious result, stated once: verbatim count, Rec% threshold, Proposition 1's expectation."""
+    if text_report.is_text(mal):
+        return text_report.imprint_sentence(mal)
     n = mal["num_inputs"]
     return (f"The server ships a {mal['bins']}-bin imprint block ({mal['added_parameters']:,} parameters) in front of "
             f"the model. From the update it reads back {mal['verbatim_count']} of {n} images verbatim (PSNR above "
@@ -165,13 +178,18 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     title = "fedleak audit: what a server can reconstruct from your clients' updates"
     parts = []
     verdict_html = _sweep_verdict_table(result) if result.get("sweep") else _verdict_boxes(first)
-    parts.append(_section("Verdict", "verdict", verdict_html, f'<p class="rule">Rule: {html.escape(RULE)}</p>'))
+    parts.append(_section("Verdict", "verdict", verdict_html,
+                          f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>'))
     parts.append(_section("What to change", "what-to-change", _html_text("\n\n".join(result["what_to_change"]))))
     parts.append(_section("Setup", "setup", _html_text(_setup_text(result))))
     shown = [0] if len(result["points"]) == 1 else [0, len(result["points"]) - 1]
     for index in shown:
         point = result["points"][index]
         label = "" if not result.get("sweep") else f" at {result['sweep']['label']} = {point['value']:g}"
+        if text_report.is_text(result):
+            parts.append(_section(f"Results{label}", f"results-{index}",
+                                  *text_report.results_body(point, examples[index])))
+            continue
         table = rows(point)
         body = [_html_table(table, _columns(table), ".2f")]
         if "malicious" in point["scenarios"]:
@@ -183,7 +201,8 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
         parts.append(_section(f"Results{label}", f"results-{index}", *body))
     plot_images = [(caption, img) for caption, img in plots.values()]
     parts.append(_section("Plots", "plots", _html_images(plot_images)))
-    parts.append(_section("How to read this report", "how-to-read", _html_text(
+    how_to_read = text_report.HOW_TO_READ if text_report.is_text(result) else None
+    parts.append(_section("How to read this report", "how-to-read", _html_text(how_to_read or
         "Each grid pairs a client's private image (top) with what the server reconstructed from the update alone "
         "(bottom), matched by PSNR (Hungarian assignment). PSNR above the threshold (20 dB; 19 dB for CIFAR-100) "
         "is recognizable; pairs at or below it are framed red and labelled 'not recovered'. Identified images "
@@ -191,7 +210,8 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
         "images. metrics.json holds every number, the full configuration and one entry per sweep value.")))
     document = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                f"<title>{html.escape(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head>\n"
+                f"<title>{html.escape(title)}</title><style>{_CSS}{_EXTRA_CSS}"
+                f"{text_report.CSS if text_report.is_text(result) else ''}</style></head>\n"
                 f"<body><main><h1>{html.escape(title)}</h1>\n" + "\n".join(parts)
                 + "\n<footer>Generated by fedleak audit.</footer></main></body></html>\n")
     path = out / "report.html"
@@ -201,6 +221,8 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
 
 def make_plots(result: dict, examples: list) -> dict:
     """name -> (caption, PIL image): the PSNR distribution and, with a sweep, the leakage curve."""
+    if text_report.is_text(result):
+        return text_report.make_plots(result, THREAT_TITLES)
     first = result["points"][0]
     series, threshold = {}, 20.0
     for key, scenario in first["scenarios"].items():

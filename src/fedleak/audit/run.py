@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import data
 from ..errors import FedleakError
 from . import report
+from . import text as text_audit
 from .config import AuditConfig
 from .engine import Auditor
 from .model_loading import check_fits, prepare_model
@@ -47,7 +48,8 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     (``model``, ``weights``, ``data``, ``data_root``, ``samples``, ``clients``, ``algorithm``,
     ``epochs``, ``batch_size``, ``lr``, ``static_batches``, ``defense``, ``rounds``, ``sample_rate``,
     ``delta``, ``sweep``, ``attacks``, ``malicious``, ``bins``, ``iterations``, ``quick``, ``seed``,
-    ``device``); keyword ``settings`` override it. ``progress``: ``"auto"``, ``"bar"``, ``"log"``,
+    ``device``; for ``data="text"`` also ``seq_len``, ``lora``, ``lora_warmup``, ``text_field``,
+    ``label_field``: :mod:`fedleak.audit.text`); keyword ``settings`` override it. ``progress``: ``"auto"``, ``"bar"``, ``"log"``,
     ``None`` or a callable receiving event dicts (:mod:`fedleak.audit.progress`). ``log`` prints the
     summary (``None`` for silence).
     """
@@ -61,17 +63,39 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
     device = _device(cfg.device)
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
-    spec, pool = data.load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=max_samples,
-                           seed=cfg.seed)
+    is_text = text_audit.is_text(cfg.data)
+    if is_text:  # the model's tokenizer and task decide how the text is cut (audit/text.py)
+        from .default import DEFAULT_MODEL
+
+        model_name = text_audit.model_name(cfg.model, DEFAULT_MODEL)
+        spec, pool, _, _ = text_audit.prepare(cfg, model_name, needed, max_samples)
+    else:
+        model_name = cfg.model
+        spec, pool = data.load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=max_samples,
+                               seed=cfg.seed)
     if len(pool) < needed:
         raise FedleakError(f"dataset {cfg.data!r} has {len(pool)} client(s) with {max_samples} samples; the audit "
                            f"needs {needed} ({cfg.clients} target(s) × secure-aggregation K)")
     short = [c.client_id for c in pool if len(c) < max_samples]
     if short:
         raise FedleakError(f"client(s) {', '.join(short[:3])} of {cfg.data!r} hold fewer than {max_samples} samples")
-    model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
-    check_fits(model, pool[0].inputs, spec, cfg.model)
-    model = model.to(device)
+    text_models: dict = {}
+
+    def model_for(plan):
+        """The text model at this setting's LoRA rank (built once per rank)."""
+        if plan.lora not in text_models:
+            built = text_audit.build_model(model_name, spec, seed=cfg.model_seed, lora=plan.lora,
+                                           lora_warmup=cfg.lora_warmup, weights=cfg.weights)
+            text_audit.check_fits(built, pool[0].inputs, model_name)
+            text_models[plan.lora] = built.to(device)
+        return text_models[plan.lora]
+
+    if is_text:
+        model = model_for(plans[0])
+    else:
+        model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
+        check_fits(model, pool[0].inputs, spec, cfg.model)
+        model = model.to(device)
     out = Path(out)
 
     show = reporter(progress)
@@ -79,28 +103,45 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, **se
         auditor = Auditor(cfg, spec, model, pool, device, show)
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
-            show({"stage": f"fedleak audit: {spec.name} data, {cfg.model} ({n_params:,} parameters), device {device}"})
+            show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
         points, examples = [], []
         for value, plan in zip(values, plans):
             label = f"{sweep.knob}={value:g}" if sweep else ""
+            if is_text:
+                auditor.model = model_for(plan)
             point = auditor.point(plan, label)
             point.data["value"] = value
             point.data["settings"] = {"defense": plan.defense.to_text(), "secagg": plan.secagg,
                                       "protocols": {s.key: s.protocol.to_json() for s in plan.scenarios},
                                       "samples": {s.key: s.samples for s in plan.scenarios}}
+            if is_text:
+                point.data["settings"].update({"lora": plan.lora, "seq_len": spec.seq_len,
+                                               "trainable_parameters": sum(p.numel() for p in auditor.model.parameters()
+                                                                           if p.requires_grad)})
             point.data["verdicts"] = {k: v["verdict"] for k, v in point.data["threat_models"].items()}
             points.append(point.data)
             examples.append(point.examples)
         if show is not None:
             show({"stage": "writing the report"})
-        result = {"format": FORMAT, "data": spec.name, "model": cfg.model, "seed": cfg.seed, "quick": cfg.quick,
-                  "parameters": n_params, "config": cfg.to_json(), "rule": report.RULE,
+        result = {"format": FORMAT, "data": spec.name, "model": model_name, "seed": cfg.seed, "quick": cfg.quick,
+                  "parameters": n_params, "config": cfg.to_json(),
+                  "rule": text_audit.RULE if is_text else report.RULE, "modality": spec.modality,
                   "sweep": sweep.to_json(plans[0].defense if plans[0].defense.active else
                                          next((p.defense for p in plans if p.defense.active), None))
                   if sweep else None, "points": points,
                   "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
                   "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"]}
         result["what_to_change"] = report.what_to_change(result)
+        if is_text:  # a low verdict where the exact attacks could not decide is no protection
+            undecided = [p["value"] for p in points if p["threat_models"]["honest-but-curious"].get("condition_failed")
+                         and p["threat_models"]["honest-but-curious"]["verdict"] != "high"]
+            if undecided:
+                where = (f" at {sweep.label(plans[0].defense)} = {', '.join(f'{v:g}' for v in undecided)}"
+                         if sweep else "")
+                result["what_to_change"].append(
+                    f"Caution{where}: the exact text attacks' condition failed (more tokens in the step than the "
+                    f"span limit: layer width or LoRA rank), so they could not decide; a lower verdict there is "
+                    f"no evidence that the text is protected.")
         _write(out, result, examples)
     finally:
         if show is not None and hasattr(show, "close"):

@@ -79,14 +79,37 @@ def choose(name: str, *, quick: bool, iterations: Optional[int], seed: int) -> A
         options["iterations"] = iterations if iterations is not None else (short if quick else standard)
     if _accepts(name, "seed"):
         options["seed"] = seed
+    if name in TEXT_BUDGETS and _accepts(name, "steps"):  # the text attacks count optimization steps
+        options["steps"] = iterations if iterations is not None else TEXT_BUDGETS[name][1 if quick else 0]
     return AttackChoice(name, options, TITLES.get(name, name))
 
 
 def honest_attacks(algorithm: str, *, override=None, quick: bool = False, iterations: Optional[int] = None,
-                   seed: int = 0) -> list[AttackChoice]:
-    names = list(override) if override else list(HONEST_ATTACKS[algorithm])
+                   seed: int = 0, text: bool = False) -> list[AttackChoice]:
+    names = list(override) if override else (text_attacks(algorithm) if text else list(HONEST_ATTACKS[algorithm]))
     return [choose(n, quick=quick, iterations=iterations, seed=seed) for n in names]
 
 
 def build(choice: AttackChoice):
     return attacks.build(choice.name, **choice.options)
+
+
+#: honest server's attacks on text (token sequences), per algorithm: DAGER (Petrov et al. 2024) and its
+#: continuous variant TIGER; those registered in :mod:`fedleak.attacks` are run
+TEXT_HONEST_ATTACKS = {"fedsgd": ("dager", "tiger"), "fedavg": ("dager", "tiger")}
+#: (standard, quick) optimization steps of the continuous text attacks
+TEXT_BUDGETS = {"tiger": (200, 50), "tag": (100, 30)}
+TITLES.update({"dager": "DAGER (exact span-based recovery)", "tiger": "TIGER (continuous span-based recovery)",
+               "tag": "TAG (gradient matching on relaxed tokens)"})
+
+
+def text_attacks(algorithm: str) -> list[str]:
+    """The registered text attacks of :data:`TEXT_HONEST_ATTACKS` for ``algorithm`` (an error if none is)."""
+    from ..errors import FedleakError
+
+    _ensure_loaded()
+    names = [n for n in TEXT_HONEST_ATTACKS[algorithm] if n in ATTACKS]
+    if not names:
+        raise FedleakError(f"no text attack ({', '.join(TEXT_HONEST_ATTACKS[algorithm])}) is registered in this "
+                           f"installation; name one with --attacks")
+    return names

@@ -108,6 +108,8 @@ def model_loss(model: nn.Module) -> Callable:
     """The loss a client trains ``model`` with: its ``loss_fn(output, labels)`` if it has one
     (the Hugging Face wrappers of :mod:`fedleak.models.hf`), else :func:`cross_entropy`."""
     own = getattr(model, "loss_fn", None)
+    if not callable(own):  # a wrapper around such a model (a malicious server's imprinted model: .base)
+        own = getattr(getattr(model, "base", None), "loss_fn", None)
     return own if callable(own) else cross_entropy
 
 
@@ -276,9 +278,20 @@ def _defended_batch_gradient(model, current, buffers, x, y, loss_fn, defense, ge
         logits = functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),))
         return loss_fn(logits, yi.unsqueeze(0))
 
-    per_example = vmap(grad(single_loss), in_dims=(None, 0, 0))(detached, x, y)
+    try:
+        per_example = vmap(grad(single_loss), in_dims=(None, 0, 0))(detached, x, y)
+    except RuntimeError as exc:  # data-dependent control flow (e.g. BERT's attention-mask checks)
+        if "vmap" not in str(exc):
+            raise
+        per_example = _per_example_loop(single_loss, detached, x, y)
     per_example = defense.apply(per_example, generator)
     return {k: g.mean(0) for k, g in per_example.items()}
+
+
+def _per_example_loop(single_loss, params: Params, x, y) -> Params:
+    """Per-example gradients one example at a time (the same values as vmap, for models vmap cannot trace)."""
+    rows = [grad(single_loss)(params, x[i], y[i]) for i in range(x.shape[0])]
+    return {k: torch.stack([r[k] for r in rows]) for k in params}
 
 
 def client_update(

@@ -11,7 +11,8 @@ Protocol (as DAGER, Petrov et al. 2024 §6 and LAMP, Balunović et al. 2022 §5,
 4. ``rouge1``/``rouge2``/``rougeL``: mean over the originals of the ROUGE F-measure (Lin 2004,
    package ``rouge-score``) of the pair. With a ``tokenizer`` both sides are decoded and scored as
    text (``rouge_on: "text"``, rouge-score's own word tokenization); without, the token ids are the
-   words (``rouge_on: "tokens"``).
+   words (``rouge_on: "tokens"``). Identical texts score 1 (also those in which rouge-score's
+   tokenizer finds no word, such as a line of punctuation).
 """
 
 from __future__ import annotations
@@ -101,7 +102,12 @@ def text_scores(recovered, truth, *, pad_id: Optional[int] = None, tokenizer=Non
             for key in ROUGE_TYPES:
                 rouge[key].append(0.0)
             continue
-        scores = scorer.score(words(true[i]), words(rec[j]))
+        reference, candidate = words(true[i]), words(rec[j])
+        if reference == candidate:  # identical (also when rouge-score's tokenizer keeps no word, e.g. "= = =")
+            for key in ROUGE_TYPES:
+                rouge[key].append(1.0)
+            continue
+        scores = scorer.score(reference, candidate)
         for key in ROUGE_TYPES:
             rouge[key].append(float(scores[key].fmeasure))
     result = {key: sum(values) / n for key, values in rouge.items()}

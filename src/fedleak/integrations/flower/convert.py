@@ -152,6 +152,9 @@ def split_record(model: nn.Module, record, what: str = "arrays") -> tuple[Params
     with ``ArrayRecord.from_numpy_ndarrays``. Checked as in :func:`split_arrays`.
     """
     arrays = record_arrays(record)
+    adapters = _adapter_params(model, arrays, what)
+    if adapters is not None:  # a LoRA model's adapters, as FlowerTune sends them (get_peft_model_state_dict)
+        return adapters, {}
     state_names = list(model.state_dict())
     if set(arrays) == set(state_names):
         return split_arrays(model, [arrays[name] for name in state_names], "state", what)
@@ -161,3 +164,37 @@ def split_record(model: nn.Module, record, what: str = "arrays") -> tuple[Params
         raise FedleakError(f"{what}: the ArrayRecord's names do not match the model's (missing e.g. "
                            f"{', '.join(map(repr, missing))})")
     return split_arrays(model, list(arrays.values()), "state", what)
+
+
+# -- LoRA adapters (FlowerTune) --------------------------------------------------------------------
+
+def adapter_record(model: nn.Module, params: Optional[Params] = None):
+    """A LoRA model's adapters as FlowerTune puts them in an ``ArrayRecord``:
+    ``peft.get_peft_model_state_dict`` keys, from ``params`` (the wrapper's names) or the model."""
+    from flwr.app import ArrayRecord
+
+    from ...models.hf.lora import adapter_state
+
+    return ArrayRecord({k: v.detach().cpu().contiguous() for k, v in adapter_state(model, params).items()})
+
+
+def _adapter_params(model: nn.Module, arrays: dict, what: str) -> Optional[Params]:
+    """The record as the wrapper's trainable parameters when it holds exactly a LoRA model's adapter
+    state (``get_peft_model_state_dict`` keys); ``None`` when the model has no adapters."""
+    if getattr(model, "lora_rank", None) is None:
+        return None
+    from ...models.hf.lora import adapter_state, params_from_adapter_state
+
+    expected = adapter_state(model)
+    if set(arrays) != set(expected):
+        missing = sorted(set(expected) - set(arrays))[:2]
+        extra = sorted(set(arrays) - set(expected))[:2]
+        raise FedleakError(f"{what}: the ArrayRecord is not the model's LoRA adapter state (missing {missing}, "
+                           f"unexpected {extra})")
+    tensors = {}
+    for key, array in arrays.items():
+        tensor = torch.from_numpy(np.asarray(array).copy()).to(expected[key].dtype)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise FedleakError(f"{what}: array for {key!r} holds NaN or infinite values")
+        tensors[key] = tensor
+    return params_from_adapter_state(model, tensors)

@@ -19,9 +19,10 @@ from ...types import DataSpec, Reconstruction
 
 #: what the plot shows, in order of preference: (record key, axis label)
 PANELS = (("psnr", "PSNR vs the true batch (dB)"), ("verbatim", "inputs recovered verbatim"),
-          ("attack_loss", "final matching loss (attacker-side)"))
+          ("attack_loss", "final matching loss (attacker-side)"),
+          ("rouge1", "ROUGE-1 vs the true batch (text)"))
 COLUMNS = ["round", "client", "status", "attack", "num_examples", "verbatim", "attack_loss", "psnr", "rec_percent",
-           "iip", "reason"]
+           "iip", "reason", "rouge1", "exact_sequences"]
 
 
 def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
@@ -75,6 +76,22 @@ def latest_reconstructions(records: Sequence[dict], spec: DataSpec, limit: int =
     return images
 
 
+def latest_texts(records: Sequence[dict], limit: int = 8) -> str:
+    """The decoded sequences a text attack recovered from each reply of the latest attacked round."""
+    attacked = [r for r in records if r.get("status") == "attacked" and r.get("reconstruction")]
+    if not attacked:
+        return ""
+    last = max(r["round"] for r in attacked)
+    parts = []
+    for record in attacked:
+        if record["round"] != last:
+            continue
+        texts = Reconstruction.load(record["reconstruction"]).extras.get("text") or []
+        lines = "\n".join(f"  {i + 1}. {t}" for i, t in enumerate(texts[:limit]))
+        parts.append(f"round {last}, node {record['client']} ({record['attack']}):\n{lines or '  (nothing recovered)'}")
+    return "\n\n".join(parts)
+
+
 def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], title: str) -> Path:
     """Write the dashboard for ``records`` (the lines of ``leakage.jsonl``) to ``path``."""
     rows = [{c: (round(r[c], 4) if isinstance(r.get(c), float) else r.get(c)) for c in COLUMNS} for r in records]
@@ -88,4 +105,7 @@ def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], tit
     images = latest_reconstructions(records, spec) if spec is not None else []
     if images:
         sections.append({"title": "Latest reconstructions", "images": images})
+    texts = latest_texts(records) if spec is not None and getattr(spec, "modality", "image") == "text" else ""
+    if texts:
+        sections.append({"title": "Latest recovered text", "text": texts})
     return html_report(path, title, sections)

@@ -39,7 +39,7 @@ from ...fl import client_update
 from ...types import ClientData, DataSpec, Protocol
 from .audit import LeakageAudit
 from .client import inspector_mod, share_truth
-from .convert import model_record
+from .convert import adapter_record, model_record
 from .grid import run_inline
 
 
@@ -98,7 +98,8 @@ def make_server_app(model: nn.Module, audit_fn: Callable[[], LeakageAudit], roun
         audit = audit_fn()
         if holder is not None:
             holder["audit"] = audit
-        result = audit.start(grid=grid, initial_arrays=model_record(model), num_rounds=rounds,
+        initial = adapter_record(model) if getattr(model, "lora_rank", None) is not None else model_record(model)
+        result = audit.start(grid=grid, initial_arrays=initial, num_rounds=rounds,
                              train_config=ConfigRecord(dict(train_config)))
         if holder is not None:
             holder["result"] = result
@@ -109,8 +110,18 @@ def make_server_app(model: nn.Module, audit_fn: Callable[[], LeakageAudit], roun
 
 def run_demo(out, *, clients: int = 3, rounds: int = 2, samples: int = 4, malicious: bool = False,
              inspect: bool = False, share: bool = True, iterations: int = 150, lr: float = 0.05,
-             seed: int = 0, blocking: bool = False) -> LeakageAudit:
-    """Run the demo federation and return its :class:`LeakageAudit` (records in ``.records``)."""
+             seed: int = 0, blocking: bool = False, task: str = "image", model_name: str = "gpt2-tiny",
+             lora: int = 32, seq_len: int = 16) -> LeakageAudit:
+    """Run the demo federation and return its :class:`LeakageAudit` (records in ``.records``).
+
+    ``task="text"``: the FlowerTune-shaped LoRA federation of :mod:`.text_demo` (``model_name``,
+    ``lora`` rank, ``seq_len`` tokens, ``samples`` sequences per node), audited with ``dager``.
+    """
+    if task == "text":
+        return _run_text_demo(out, clients=clients, rounds=rounds, samples=samples, inspect=inspect, share=share,
+                              lr=lr, seed=seed, blocking=blocking, model_name=model_name, lora=lora, seq_len=seq_len)
+    if task != "image":
+        raise FedleakError(f"--task must be image or text, got {task!r}")
     for name, value, low in (("clients", clients, 1), ("rounds", rounds, 1), ("samples", samples, 1),
                              ("iterations", iterations, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -133,6 +144,29 @@ def run_demo(out, *, clients: int = 3, rounds: int = 2, samples: int = 4, malici
     return holder["audit"]
 
 
+def _run_text_demo(out, *, clients, rounds, samples, inspect, share, lr, seed, blocking, model_name, lora,
+                   seq_len) -> LeakageAudit:
+    from .text_demo import make_text_client_app, text_federation
+
+    for name, value, low in (("clients", clients, 1), ("rounds", rounds, 1), ("samples", samples, 1),
+                             ("lora", lora, 1), ("seq-len", seq_len, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise FedleakError(f"--{name} must be an integer >= {low}, got {value!r}")
+    spec, parts, model_fn = text_federation(model_name, clients, samples, seq_len, lora, seed)
+    model = model_fn()
+    client_app = make_text_client_app(parts, model_fn, share=share, inspect=inspect)
+    protocol = Protocol("fedavg", epochs=1, batch_size=samples, lr=lr, reshuffle=False)
+
+    def audit_fn() -> LeakageAudit:
+        strategy = FedAvg(fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients)
+        return LeakageAudit(strategy, model, out, spec=spec, protocol=protocol, attack="dager", blocking=blocking)
+
+    holder: dict = {}
+    config = {"lr": lr, "local-epochs": 1, "batch-size": samples}
+    run_inline(make_server_app(model, audit_fn, rounds, config, holder), client_app, clients)
+    return holder["audit"]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedleak.integrations.flower.demo",
                                      description="Run a real Flower federation in-process and audit it for leakage.")
@@ -144,19 +178,27 @@ def main(argv=None) -> int:
     parser.add_argument("--no-truth", action="store_true", help="clients do not share their batch (no PSNR)")
     parser.add_argument("--iterations", type=int, default=150, help="Inverting Gradients iterations (honest server)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--task", choices=["image", "text"], default="image",
+                        help="text: a FlowerTune-shaped LoRA federation of a causal LM, audited with dager")
+    parser.add_argument("--model", default="gpt2-tiny", help="--task text: gpt2-tiny or llama-tiny")
+    parser.add_argument("--lora", type=int, default=32, help="--task text: LoRA rank R (alpha 2R; FlowerTune: 32)")
+    parser.add_argument("--seq-len", type=int, default=16, help="--task text: tokens per sequence")
+    parser.add_argument("--lr", type=float, default=None, help="client learning rate (default 0.05)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
         audit = run_demo(args.out, clients=args.clients, rounds=args.rounds, samples=args.samples,
                          malicious=args.malicious, inspect=args.inspect, share=not args.no_truth,
-                         iterations=args.iterations, seed=args.seed)
+                         iterations=args.iterations, seed=args.seed, task=args.task, model_name=args.model,
+                         lora=args.lora, seq_len=args.seq_len, **({"lr": args.lr} if args.lr is not None else {}))
     except FedleakError as exc:
         print(f"fedleak: error: {exc}", file=sys.stderr)
         return 2
     for r in sorted(audit.records, key=lambda r: (r["round"], r["client"])):
         scores = ", ".join(f"{k} {r[k]:.3g}" if isinstance(r[k], float) else f"{k} {r[k]}"
-                           for k in ("verbatim", "attack_loss", "psnr", "rec_percent") if r.get(k) is not None)
+                           for k in ("verbatim", "attack_loss", "psnr", "rec_percent", "rouge1", "exact_sequences")
+                           if r.get(k) is not None)
         print(f"round {r['round']} node {r['client']}: {r['status']}"
               + (f" ({r.get('attack')}: {scores})" if scores else "")
               + (f" — {r['reason'][:160]}" if r.get("reason") else ""))

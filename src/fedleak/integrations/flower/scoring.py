@@ -28,6 +28,8 @@ def choose_attack(model: nn.Module, protocol: Protocol) -> str:
     Inverting Gradients (FedSGD gradients, and FedAvg updates via its local-step simulation)."""
     if hasattr(model, "imprint_secrets"):
         return IMPRINT_ATTACKS[model.imprint_secrets()["structure"]]
+    if getattr(model, "task", None) in ("causal-lm", "classification"):  # a language model (models/hf)
+        return "dager"
     return "inverting-gradients"
 
 
@@ -48,13 +50,20 @@ def attacker_scores(rec: Reconstruction) -> dict:
         scores["nonempty_bins"] = len(extras.get("nonempty_bins", []))
     if extras.get("loss") is not None:
         scores["attack_loss"] = _finite(extras["loss"])
+    if isinstance(extras.get("exactness"), dict):  # a text attack's stated precondition (DAGER's span limit)
+        scores["exactness"] = extras["exactness"]
     return scores
 
 
-def truth_scores(rec: Reconstruction, truth: ClientData, spec: DataSpec) -> dict:
-    """PSNR / SSIM / Rec % / IIP against the true batch (evaluation mode)."""
+def truth_scores(rec: Reconstruction, truth: ClientData, spec: DataSpec, tokenizer=None) -> dict:
+    """PSNR / SSIM / Rec % / IIP against the true batch (evaluation mode); ROUGE-1/2/L, exact
+    sequences and token accuracy for text (``tokenizer`` decodes for ROUGE)."""
     from ...metrics import evaluate
 
+    if getattr(spec, "modality", "image") == "text":
+        scores = evaluate(rec, truth.to(rec.inputs.device), spec, tokenizer=tokenizer)
+        keep = ("rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy", "rec_percent")
+        return {k: scores[k] for k in keep if k in scores}
     scores = evaluate(rec, truth.to(rec.inputs.device), spec)
     keep = ("psnr", "ssim", "rec_percent", "iip", "threshold", "psnr_per_input")
     return {k: scores[k] for k in keep if k in scores}
@@ -67,5 +76,5 @@ def attack_update(attack, update: Update, model: nn.Module, spec: DataSpec,
     rec = attack.reconstruct(update, copy.deepcopy(model), spec)
     scores = attacker_scores(rec)
     if truth is not None:
-        scores.update(truth_scores(rec, truth, spec))
+        scores.update(truth_scores(rec, truth, spec, getattr(model, "tokenizer", None)))
     return rec, scores

@@ -1,0 +1,216 @@
+"""The text audit's report pieces: tables, sentences, original vs recovered text, plots.
+
+:mod:`.report` hands a text result (``result["modality"] == "text"``) to these functions. The
+side-by-side view shows each original sequence and the recovered one matched to it (the metrics'
+linear assignment), every recovered token marked right (green) or wrong (red, struck through).
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+
+from ..report import _html_images, _html_table, _html_text, markdown_table
+from .figures import _figure_to_image, _pyplot, _wrap
+from .text import PARTIAL_ROUGE, RULE
+
+COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "exact_sequences": "Exact sequences (%)",
+           "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "token_accuracy": "Token accuracy (%)",
+           "rec_range": "Per-client range (%)", "condition": "Exactness condition", "seconds": "Attack time (s)"}
+CSS = """
+.pairs td { vertical-align: top; font-family: ui-monospace, monospace; font-size: .85rem; }
+.tok-ok { background: #d1f0dc; }
+.tok-bad { background: #fbd5d1; text-decoration: line-through; }
+.tok-none { color: var(--muted); font-style: italic; }
+"""
+
+
+def is_text(obj: dict) -> bool:
+    return isinstance(obj, dict) and obj.get("modality") == "text"
+
+
+def _condition(s: dict) -> str:
+    ex = s.get("exactness")
+    if not isinstance(ex, dict):
+        return ""
+    held = ex.get("holds", ex.get("held"))
+    text = ex.get("condition") or ex.get("reason") or ""
+    mark = "" if held is None else ("held: " if held else "failed: ")
+    return f"{mark}{text}"[:160]
+
+
+def rows(point: dict) -> list[dict]:
+    out = []
+    for key, scenario in point["scenarios"].items():
+        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
+        for name, s in attacks.items():
+            label = f"{s['title']} [{name}]" + (f", {s['bins']} bins" if key == "malicious" else "")
+            row = {"scenario": key, "attack": label, "seconds": s.get("seconds"), "condition": _condition(s)}
+            for k in ("rouge1", "rouge2", "rougeL"):
+                row[k] = s.get(k)
+            for k in ("exact_sequences", "token_accuracy"):
+                row[k] = None if s.get(k) is None else 100.0 * s[k]
+            if s.get("targets", 1) > 1:
+                row["rec_range"] = f"{s['rec_percent_min']:.0f}–{s['rec_percent_max']:.0f}"
+            out.append({COLUMNS[k]: row.get(k) for k in COLUMNS})
+    return out
+
+
+def columns(table: list[dict]) -> list[str]:
+    optional = (COLUMNS["rec_range"], COLUMNS["condition"])
+    return [c for c in COLUMNS.values() if c not in optional or any(r.get(c) for r in table)]
+
+
+def printed_table(point: dict) -> str:
+    table = rows(point)
+    return markdown_table(table, [c for c in columns(table) if c not in (COLUMNS["seconds"], COLUMNS["condition"])])
+
+
+def verdict_sentence(title: str, tm: dict, prefix: bool = True) -> str:
+    head = f"{title}: {tm['verdict'].upper()} leakage. " if prefix else ""
+    if tm["verdict"] == "not run":
+        return f"{title}: not evaluated (no attack of this threat model ran)."
+    sentence = (f"{head}Its strongest attack, {tm['strongest']}, recovers {tm['rec_percent']:.0f}% of a client's "
+                f"sequences exactly, token for token (best mean ROUGE-1 {tm['rouge1']:.2f}).")
+    if tm.get("condition_failed") and tm["verdict"] != "high":
+        sentence += (f" The exact attacks' condition did not hold ({tm['condition_failed']}): they could not decide, "
+                     f"which is no evidence that the text is protected.")
+    return sentence
+
+
+def imprint_sentence(mal: dict) -> str:
+    n = mal["num_inputs"]
+    return (f"The server ships a {mal['bins']}-bin imprint block ({mal['added_parameters']:,} parameters) right after "
+            f"the token embedding. From the update it reads back {mal['verbatim_count']} of {n} sequences token for "
+            f"token; Proposition 1 of Fowl et al. expects {mal['expected_count']:.1f} of {n} (sequences alone in "
+            f"their bin). Mean ROUGE-1 {mal['rouge1']:.2f}, with no optimization, in {mal['seconds']:.2f} s.")
+
+
+def _tokens_html(tokens) -> str:
+    return " ".join(html.escape(t) for t in tokens)
+
+
+def _marked_html(marks) -> str:
+    if not marks:
+        return '<span class="tok-none">nothing recovered</span>'
+    return " ".join(f'<span class="{"tok-ok" if ok else "tok-bad"}">{html.escape(tok)}</span>' for tok, ok in marks)
+
+
+def pairs_html(caption: str, ex) -> str:
+    """Original and recovered sequences side by side, recovered tokens marked."""
+    body = "".join(f"<tr><td>{i + 1}{' ✓' if exact else ''}</td><td>{_tokens_html(orig)}</td>"
+                   f"<td>{_marked_html(rec)}</td></tr>"
+                   for i, (orig, rec, exact) in enumerate(zip(ex.originals, ex.recovered, ex.exact)))
+    return (f"<h3>{html.escape(caption)}</h3><div class=\"table-wrap\"><table class=\"pairs\"><thead><tr><th>#</th>"
+            f"<th>Original (client)</th><th>Recovered by the server (green: right token, red: wrong)</th>"
+            f"</tr></thead><tbody>{body}</tbody></table></div>")
+
+
+def rouge_distribution(series: dict):
+    """Per-sequence ROUGE-1 of each attack (box + points; green: exact-looking ≥ 0.99)."""
+    plt = _pyplot()
+    labels = list(series)
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(labels) + 2), 3.6))
+    rng = np.random.default_rng(0)
+    for i, label in enumerate(labels):
+        values = np.array([v for v in series[label] if v is not None], dtype=float)
+        if values.size == 0:
+            continue
+        ax.boxplot([values], positions=[i], widths=0.5, showfliers=False, patch_artist=True,
+                   boxprops={"facecolor": "#dbe8f5", "edgecolor": "#0b5cad"}, medianprops={"color": "#0b5cad"})
+        colours = ["#067647" if v >= 0.99 else "#b42318" for v in values]
+        ax.scatter(i + rng.uniform(-0.15, 0.15, values.size), values, s=18, c=colours, zorder=3)
+    ax.axhline(PARTIAL_ROUGE, color="#59636e", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels([_wrap(label) for label in labels], fontsize=8)
+    ax.set_xlim(-0.6, max(0.4, len(labels) - 0.4))
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("ROUGE-1 per sequence")
+    ax.set_title("Per-sequence ROUGE-1 of each attack", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return _figure_to_image(fig)
+
+
+def leakage_curve(knob_label: str, values: list, exact: dict, rouge: dict, failed=None):
+    """Exact sequences (%) per threat model (top) and mean ROUGE-1 per attack (bottom) against the knob;
+    settings where an exact attack's condition failed (tokens beyond the span limit) are shaded grey."""
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 5.6), sharex=True)
+    x = list(range(len(values)))
+    for i, (label, ys) in enumerate(exact.items()):
+        top.plot(x, [np.nan if y is None else y for y in ys], marker="osD^v"[i % 5], label=label)
+    for i, (label, ys) in enumerate(rouge.items()):
+        bottom.plot(x, [np.nan if y is None else y for y in ys], marker="osD^v"[i % 5], label=label)
+    top.set_ylabel("sequences recovered exactly (%)")
+    top.set_ylim(-5, 105)
+    top.grid(alpha=0.3)
+    top.legend(fontsize=8, loc="best")
+    bottom.set_ylabel("mean ROUGE-1")
+    bottom.set_ylim(-0.05, 1.05)
+    bottom.grid(alpha=0.3)
+    bottom.legend(fontsize=7, loc="best")
+    bottom.set_xticks(x)
+    bottom.set_xticklabels([f"{v:g}" for v in values])
+    bottom.set_xlabel(knob_label)
+    for axis in (top, bottom):
+        for i, bad in enumerate(failed or []):
+            if bad:
+                axis.axvspan(i - 0.4, i + 0.4, color="#59636e", alpha=0.12, linewidth=0)
+    if failed and any(failed):
+        top.text(0.99, 0.02, "grey: exactness condition fails (tokens > span limit)", transform=top.transAxes,
+                 ha="right", va="bottom", fontsize=7, color="#59636e")
+    top.set_title(f"Text leakage vs {knob_label}", fontsize=10)
+    return _figure_to_image(fig)
+
+
+def make_plots(result: dict, threat_titles: dict) -> dict:
+    first = result["points"][0]
+    series = {}
+    for key, scenario in first["scenarios"].items():
+        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
+        for s in attacks.values():
+            series[f"{key}: {s['title']}"] = s.get("rouge1_per_input", [])
+    plots = {"rouge-distribution": ("Per-sequence ROUGE-1 of each attack", rouge_distribution(series))}
+    sweep = result.get("sweep")
+    if sweep:
+        values = [p["value"] for p in result["points"]]
+        exact = {threat_titles[n]: [p["threat_models"][n]["rec_percent"] for p in result["points"]]
+                 for n in first["threat_models"]}
+        rouge = {}
+        for key, scenario in first["scenarios"].items():
+            names = [scenario["attack"]] if key == "malicious" else list(scenario["attacks"])
+            for t in names:
+                title = scenario["title"] if key == "malicious" else scenario["attacks"][t]["title"]
+                rouge[f"{key}: {title}"] = [
+                    (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][t]).get("rouge1")
+                    for p in result["points"]]
+        failed = [any(isinstance(a.get("exactness"), dict) and a["exactness"].get("holds") is False
+                      for key, sc in p["scenarios"].items() if key != "malicious" for a in sc["attacks"].values())
+                  for p in result["points"]]
+        plots["leakage-curve"] = (f"Text leakage vs {sweep['label']}",
+                                  leakage_curve(sweep["label"], values, exact, rouge, failed))
+    return plots
+
+
+HOW_TO_READ = ("Each table pairs a client's private sequence (left) with what the server recovered from the update "
+               "alone (right), matched by the most equal tokens at equal positions (Hungarian assignment); ✓ marks a "
+               "sequence recovered token for token. ROUGE-1/2/L are the F-measures of unigram, bigram and longest "
+               "common subsequence overlap (rouge-score, on the decoded text); exact sequences is the share of "
+               "sequences recovered token for token; padding is not scored. An exact attack states its condition "
+               "(e.g. tokens in the step versus the layer's width or the LoRA rank) in the table. metrics.json "
+               "holds every number, the full configuration and one entry per sweep value. Rule: " + RULE)
+
+
+def results_body(point: dict, examples: dict) -> list[str]:
+    table = rows(point)
+    body = [_html_table(table, columns(table), ".2f")]
+    if "malicious" in point["scenarios"]:
+        body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
+    for (scenario, attack), ex in examples.items():
+        body.append(pairs_html(f"{scenario}: {attack}", ex))
+    return body
+
+
+def plots_html(plots: dict) -> str:
+    return _html_images([(caption, img) for caption, img in plots.values()])
