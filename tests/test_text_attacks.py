@@ -76,12 +76,12 @@ def test_dager_lora_and_its_rank_limit(lm):
     assert rec.inputs.shape == (0, 8) and rec.extras["certain"] is False
 
 
-def test_dager_and_tiger_on_pretrained_minilm(cls):
+@pytest.mark.parametrize("name,options", [("dager", {}), ("tiger", {"steps": 40})], ids=["dager", "tiger"])
+def test_span_attacks_on_pretrained_minilm(cls, name, options):
     spec, client, model = cls
-    for name, options in (("dager", {}), ("tiger", {"steps": 60})):
-        rec, m = _attack(name, spec, client, model, **options)
-        assert m["rouge1"] >= 0.9 and m["exact_sequences"] == 1.0, name
-        assert rec.extras["certain"] is True
+    rec, m = _attack(name, spec, client, model, **options)
+    assert m["rouge1"] >= 0.9 and m["exact_sequences"] == 1.0
+    assert rec.extras["certain"] is True
 
 
 def test_tag_baseline_runs_and_is_never_certain(lm):

@@ -100,7 +100,7 @@ class Span:
         if self.transform is not None:
             x = x @ self.transform.to(dtype).T
         norm = x.norm(dim=-1)
-        zero = norm <= 1e-12 * float(norm.max().clamp_min(1e-30)) if norm.numel() else norm.bool()
+        zero = norm <= 1e-12 * float(norm.detach().max().clamp_min(1e-30)) if norm.numel() else norm.bool()
         norm = norm.clamp_min(1e-30)
         if self.complement.shape[1] <= self.basis.shape[1]:
             residual = (x @ self.complement.to(dtype)).norm(dim=-1)
