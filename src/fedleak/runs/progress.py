@@ -9,6 +9,7 @@ iteration and loss and an ETA (:mod:`fedleak.runs.heartbeat`).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -35,6 +36,7 @@ class _Progress:
         self.step: Optional[tuple] = None
         self.first: Optional[tuple] = None  # (time, step) of the running job's first reported step
         self.calibrated = False
+        self._say_lock = threading.Lock()  # the heartbeat thread and the run's thread write whole lines
         if show:
             from tqdm import tqdm
 
@@ -43,8 +45,9 @@ class _Progress:
             self.beat = Heartbeat(self.heartbeat_line, self.say)
 
     def say(self, text: str) -> None:
-        self.log(text)
-        logger.info(text)
+        with self._say_lock:
+            self.log(text)
+            logger.info(text)
         if self.beat is not None:
             self.beat.wrote()
 
