@@ -178,7 +178,11 @@ def _assumptions(tm: dict) -> str:
         return "not recorded"
     return (f"threat model {a.get('threat_model_sok')}, {a.get('threat_model_sok_name', '')} (the A–H threat models of the "
             f"SoK of Carletti et al., USENIX Security 2025), "
-            f"BatchNorm {a.get('batchnorm')}, labels {a.get('labels')}")
+            f"{_batchnorm(a.get('batchnorm'))}, labels {a.get('labels')}")
+
+
+def _batchnorm(mode) -> str:
+    return "no BatchNorm" if mode in (None, "no BatchNorm") else f"BatchNorm in {mode} mode"
 
 
 def _verdict_boxes(point: dict, quick: bool = False) -> str:
@@ -253,7 +257,7 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
                     else _verdict_boxes(first, bool(result.get("quick"))))
     parts.append(_section("Verdict", "verdict", verdict_html,
                           f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>',
-                          f'<p class="rule">Evidence: {html.escape(EVIDENCE_RULE)}</p>'))
+                          f'<p class="rule">{html.escape(EVIDENCE_RULE[:1].upper() + EVIDENCE_RULE[1:])}</p>'))
     parts.append(_section("What to change", "what-to-change", _html_text("\n\n".join(result["what_to_change"]))))
     parts.append(_section("Setup", "setup", _html_text(_setup_text(result))))
     tuning_lines = _tuning_text(first)
