@@ -1,6 +1,7 @@
 """The command line as users run it: audit, simulate → attack, run (with resume), listings, errors."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -140,3 +141,22 @@ def test_attack_rejects_a_corrupted_update(tmp_path, capsys):
 def test_entry_point_help():
     result = subprocess.run([sys.executable, "-m", "fedleak.cli", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "audit" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["simulate", "attack"])
+def test_simulate_and_attack_refuse_a_locked_out(tmp_path, capsys, command):
+    from fedleak.cli import main
+    from fedleak.runs.lock import LOCK_NAME
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": __import__("socket").gethostname()}))
+    upd = tmp_path / "upd"
+    if command == "attack":
+        assert main(["simulate", "--data", "digits", "--model", "femnist-cnn", "--samples", "1", "--out", str(upd)]) == 0, \
+            capsys.readouterr().err
+    args = (["simulate", "--data", "digits", "--model", "femnist-cnn", "--samples", "1"] if command == "simulate"
+            else ["attack", str(upd), "--attack", "idlg", "-o", "iterations=1", "--no-progress"])
+    assert main([*args, "--out", str(out)]) == 2
+    assert f"PID {os.getppid()}" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing written beside the other run's lock

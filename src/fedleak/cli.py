@@ -373,7 +373,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             prepare_out_dir(args.out)
             cache_variables = contain_caches(args.out)  # matplotlib's font cache, torch's compile cache: in --out
         _set_threads(args)
-        code = args.func(args)
+        if args.command in ("simulate", "attack"):  # run and audit lock their --out themselves
+            from .runs.lock import OutLock
+
+            with OutLock(args.out, f"fedleak {args.command}"):
+                code = args.func(args)
+        else:
+            code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows up here, inside the handlers below
         return code
     except BrokenPipeError:
