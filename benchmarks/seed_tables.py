@@ -1,0 +1,182 @@
+"""The seed tables, finished across sessions: one resumable background run whose job files are committed.
+
+Every remaining paper table (issue #34) is a ``fedleak run --preset`` whose output folder lives *in the
+repository*, ``benchmarks/results/runs/<preset>/`` (job files ``jobs/<setting>/<variant>/<client>.json``,
+small JSON; pictures are ignored by git). ``fedleak run`` reuses a job file only if it is complete and
+carries the hash of the job as configured now, so a later session that starts this script again
+resumes exactly where the last one stopped: commit the new job files before a session ends.
+
+The plan is walked breadth first: every table gets its first client before any table gets its second,
+so each table fills evenly however long a session lasts. Each step is one ``fedleak run`` under
+``nice -n 19`` on one torch thread (keep the other core for the test suite).
+
+    python benchmarks/seed_tables.py run               # resume everything (hours; Ctrl-C is safe)
+    python benchmarks/seed_tables.py status            # jobs done of planned, per table
+    python benchmarks/seed_tables.py tables            # rebuild docs/seed-tables.md from the job files
+
+``tables`` writes mean ± std over clients beside the paper's figure, the client count and what is
+still to run; a table with no finished job says so instead of a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "benchmarks" / "results" / "runs"
+DOC = ROOT / "docs" / "seed-tables.md"
+DATA = ROOT.parent / "shared" / "data"
+ROOTS = {"femnist": DATA / "femnist_leaf" / "leaf-torch_niid_sf0.05", "cifar100": DATA / "cifar100",
+         "cifar10": DATA / "cifar10"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One table still to fill: a preset, the subset of its settings and variants, the client target."""
+
+    preset: str
+    clients: int
+    settings: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+    note: str = ""
+
+
+PLAN = (
+    Entry("dimitrov-table8-femnist", 5, ("known-random", "known-static", "unknown-static"), ("ours-prior", "shared"),
+          "known batch labels and static batches"),
+    Entry("dimitrov-table6-femnist", 5, ("gaussian-0.01", "gaussian-0.03", "laplacian-0.01", "laplacian-0.02",
+                                         "pruning-0.2", "pruning-0.5"), ("ours-prior", "shared"), "defenses"),
+    Entry("dimitrov-table4-femnist", 5, (), ("l1_max", "l1_mean_conv", "l1_max_conv", "l2_mean_conv", "l2_max_conv"),
+          "the epoch priors not measured yet"),
+    Entry("dimitrov-table1-cifar100", 10, ("E10-m5",), ("ours-prior", "shared", "fedsgd"), "CIFAR-100 on 10 clients"),
+    Entry("agic-table3", 5, (), (), "AGIC Table III"),
+    Entry("awa-table4", 5, ("case1", "case2", "case3"), ("agic", "awa"), "AWA cases 1-3"),
+)
+
+
+def preset(name: str) -> dict:
+    return yaml.safe_load((ROOT / "src" / "fedleak" / "presets" / f"{name}.yaml").read_text())
+
+
+def planned(entry: Entry) -> tuple[list[str], list[str]]:
+    spec = preset(entry.preset)
+    settings = list(entry.settings) or [s["name"] for s in spec.get("settings") or []] or ["default"]
+    variants = list(entry.variants) or list(spec.get("variants") or {})
+    return settings, variants
+
+
+def finished(entry: Entry) -> list[dict]:
+    rows = []
+    for path in sorted((RUNS / entry.preset).glob("jobs/*/*/*.json")):
+        try:
+            row = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(row, dict) and "job_hash" in row and "psnr" in row:
+            rows.append(row)
+    return rows
+
+
+def command(entry: Entry, clients: int) -> list[str]:
+    spec = preset(entry.preset)
+    cmd = [sys.executable, "-m", "fedleak.cli", "run", "--preset", entry.preset, "--clients", str(clients),
+           "--out", str(RUNS / entry.preset), "--no-progress"]
+    root = ROOTS.get(spec["data"]["dataset"])
+    if root is not None:
+        cmd += ["--data-root", str(root)]
+    if entry.settings:
+        cmd += ["--settings", ",".join(entry.settings)]
+    if entry.variants:
+        cmd += ["--variants", ",".join(entry.variants)]
+    return cmd
+
+
+def run(args) -> int:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    target = max(e.clients for e in PLAN)
+    for k in range(1, target + 1):  # breadth first: client k of every table before client k + 1
+        for entry in PLAN:
+            if k > entry.clients or (args.only and entry.preset not in args.only):
+                continue
+            print(f"[seed-tables] {entry.preset}: clients 1..{k}", flush=True)
+            code = subprocess.call(["nice", "-n", "19", *command(entry, k)], env=env, cwd=ROOT)
+            if code == 130 or code < 0:
+                return 130
+            if code != 0:
+                print(f"[seed-tables] {entry.preset} exited {code}; going on with the next table", flush=True)
+    return 0
+
+
+def status(args) -> int:
+    for entry in PLAN:
+        settings, variants = planned(entry)
+        total = entry.clients * len(settings) * len(variants)
+        print(f"{entry.preset}: {len(finished(entry))} of {total} jobs")
+    return 0
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def _paper(spec: dict, setting: str, variant: str) -> dict:
+    paper = spec.get("paper") or {}
+    return (paper.get(setting) or {}).get(variant) or paper.get(variant) or {}
+
+
+def tables(args) -> int:
+    lines = ["# The seed tables (issue #34)", "",
+             "Rebuilt by `python benchmarks/seed_tables.py tables` from the job files under",
+             "`benchmarks/results/runs/<preset>/jobs/` (one per client, setting and variant; mean ± sample std over",
+             "clients). `python benchmarks/seed_tables.py run` resumes the rest in the background.", ""]
+    done_all = total_all = 0
+    for entry in PLAN:
+        spec, rows = preset(entry.preset), finished(entry)
+        settings, variants = planned(entry)
+        total = entry.clients * len(settings) * len(variants)
+        done_all, total_all = done_all + len(rows), total_all + total
+        lines += [f"## {spec.get('description', entry.preset)}", "",
+                  f"{entry.note}; target {entry.clients} clients; {len(rows)} of {total} jobs done.", ""]
+        lines += ["| setting | variant | clients | Rec % | PSNR (dB) | paper Rec % | paper PSNR |", "|---|---|--:|--:|--:|--:|--:|"]
+        for setting in settings:
+            for variant in variants:
+                cell = [r for r in rows if r.get("setting") == setting and r.get("variant") == variant]
+                rec = [r["rec_percent"] for r in cell if isinstance(r.get("rec_percent"), (int, float))]
+                psnr = [r["psnr"] for r in cell if isinstance(r.get("psnr"), (int, float))]
+                paper = _paper(spec, setting, variant)
+                lines.append(f"| {setting} | {variant} | {len(cell)} | {_cell(rec)} | {_cell(psnr)} | "
+                             f"{paper.get('rec_percent', '—')} | {paper.get('psnr', '—')} |")
+        lines.append("")
+    lines.insert(5, f"**{done_all} of {total_all} planned jobs are done.**\n")
+    DOC.write_text("\n".join(lines))
+    print(f"{DOC.relative_to(ROOT)}: {done_all} of {total_all} jobs")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("run")
+    p.add_argument("--only", nargs="*", help="preset names to run (default: the whole plan)")
+    p.set_defaults(func=run)
+    sub.add_parser("status").set_defaults(func=status)
+    sub.add_parser("tables").set_defaults(func=tables)
+    args = parser.parse_args()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
