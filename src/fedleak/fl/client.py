@@ -273,20 +273,31 @@ def _defended_batch_gradient(model, current, buffers, x, y, loss_fn, defense, ge
     if has_batchnorm(model):
         raise FedleakError("per-example gradient defenses need a model without BatchNorm (per-example "
                            "gradients are undefined with batch statistics); use e.g. femnist-cnn or lenet")
-    detached = {k: v.detach() for k, v in current.items()}
+    per_example = per_example_gradients(model, current, buffers, x, y, loss_fn)
+    per_example = defense.apply(per_example, generator)
+    return {k: g.mean(0) for k, g in per_example.items()}
 
-    def single_loss(p, xi, yi):
-        logits = functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),))
+
+def per_example_gradients(model: nn.Module, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor,
+                          loss_fn: Callable) -> Params:
+    """name -> (B, *shape): the gradient of ``loss_fn`` on each example alone, at ``params``.
+
+    ``torch.func.vmap(grad(...))`` over the batch; models that vmap cannot trace (data-dependent
+    control flow, e.g. BERT's attention-mask checks, or BatchNorm in train mode on a batch of one)
+    fall back to one ``grad`` per example, which gives the same values. Used by the defended client
+    step (DP-SGD style per-example defenses) and by the inspector's D-SNR (:mod:`fedleak.fl.dsnr`)."""
+    detached = {k: v.detach() for k, v in params.items()}
+
+    def single_loss(p, xi, yi):  # buffers copied: BatchNorm in train mode updates them in place
+        logits = functional_call(model, {**p, **{k: b.clone() for k, b in buffers.items()}}, (xi.unsqueeze(0),))
         return loss_fn(logits, yi.unsqueeze(0))
 
     try:
-        per_example = vmap(grad(single_loss), in_dims=(None, 0, 0))(detached, x, y)
-    except RuntimeError as exc:  # data-dependent control flow (e.g. BERT's attention-mask checks)
-        if "vmap" not in str(exc):
+        return vmap(grad(single_loss), in_dims=(None, 0, 0))(detached, x, y)
+    except RuntimeError as exc:
+        if "vmap" not in str(exc) and "functorch" not in str(exc):
             raise
-        per_example = _per_example_loop(single_loss, detached, x, y)
-    per_example = defense.apply(per_example, generator)
-    return {k: g.mean(0) for k, g in per_example.items()}
+        return _per_example_loop(single_loss, detached, x, y)
 
 
 def _per_example_loop(single_loss, params: Params, x, y) -> Params:

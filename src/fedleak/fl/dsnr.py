@@ -10,7 +10,7 @@ this on the client's own batch B with per-example gradients:
 client's training loss). D-SNR > 1 means one example's gradient outweighs all the others' together
 in some layer; an honest model on a batch of B examples spreads each layer's gradient over the
 batch and stays far below (the threshold 1 and its margin on honest models are measured in
-``benchmarks/bench_inspect_dsnr.py``).
+``benchmarks/bench_inspect_malicious.py``, results in ``benchmarks/results/inspect-malicious.json``).
 
 Next to it, :func:`measure` reports a *row* variant (our addition, not SEER's): per output unit
 (row) of each weight the same ratio, and per layer the share of the layer's per-example gradient
@@ -32,21 +32,23 @@ and a class with one example in the batch has a row dominated by that example in
 model (measured: up to 97% of the classifier's gradient mass after 10 FedAvg rounds on 62 classes).
 SEER's whole-layer D-SNR keeps it (class fishing is caught there).
 
-Per-example gradients are computed one example at a time on a copy of the model (BatchNorm in
-train mode sees a batch of one, as it would in a client step of batch size 1; the model's own
-running statistics are not touched).
+Per-example gradients come from the one per-example path of the client update
+(:func:`fedleak.fl.client.per_example_gradients`, ``torch.func.vmap(grad(...))``), with the model's
+training loss and the model in train mode (BatchNorm sees a batch of one, as it would in a client
+step of batch size 1, on copies of its buffers: the model's own running statistics are not touched).
 """
 
 from __future__ import annotations
 
-import copy
 import math
+from contextlib import contextmanager
 from typing import Optional
 
 import torch
 from torch import nn
 
 from ..errors import FedleakError
+from .client import model_loss, per_example_gradients
 from .inspect import Finding
 
 #: one example outweighs all the others of the batch in a layer (SEER's principled threshold)
@@ -68,31 +70,33 @@ def per_example_norms(model: nn.Module, inputs: torch.Tensor, labels: torch.Tens
         raise FedleakError(f"D-SNR needs a torch.nn.Module, got {type(model).__name__}")
     if inputs.shape[0] < 2 or inputs.shape[0] != labels.shape[0]:
         raise FedleakError(f"D-SNR needs a batch of at least 2 labelled examples, got {inputs.shape[0]}")
-    probe = copy.deepcopy(model)
-    probe.train()
-    first = next(probe.parameters())
+    first = next(model.parameters())
     inputs = inputs.to(device=first.device, dtype=first.dtype)
     labels = labels.to(device=first.device)
-    names = [n for n, p in probe.named_parameters() if p.requires_grad and p.dim() >= 2]
-    params = [dict(probe.named_parameters())[n] for n in names]
-    out: dict[str, list] = {n: [] for n in names}
+    names = [n for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2]
+    params = dict(model.named_parameters())
+    buffers = {k: v.detach().clone() for k, v in model.named_buffers()}  # the model's own statistics untouched
+    with _train_mode(model):
+        grads = per_example_gradients(model, params, buffers, inputs, labels, model_loss(model))
     generator = torch.Generator().manual_seed(0)
-    pairs = {n: torch.randn(p.shape[1], PROJECTION, generator=generator, dtype=torch.float64) / math.sqrt(PROJECTION)
-             for n, p in zip(names, params) if projected is not None and p.dim() == 2 and p.shape[0] <= MAX_PAIR_ROWS}
-    for n in pairs:
-        projected[n] = []
-    for i in range(inputs.shape[0]):
-        loss = nn.functional.cross_entropy(probe(inputs[i:i + 1]), labels[i:i + 1])
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-        for n, p, g in zip(names, params, grads):
-            g = torch.zeros_like(p) if g is None else g
-            out[n].append(g.detach().double().flatten(1).norm(dim=1))
-            if n in pairs:
-                projected[n].append(g.detach().double() @ pairs[n].to(g.device))
-    if projected is not None:
-        for n in pairs:
-            projected[n] = torch.stack(projected[n])
-    return {n: torch.stack(v) for n, v in out.items()}
+    out = {}
+    for n in names:
+        g = grads[n].detach().double()  # (B, rows, ...)
+        out[n] = g.flatten(2).norm(dim=2)
+        if projected is not None and g.dim() == 3 and g.shape[1] <= MAX_PAIR_ROWS:
+            pairs = torch.randn(g.shape[2], PROJECTION, generator=generator, dtype=torch.float64) / math.sqrt(PROJECTION)
+            projected[n] = g @ pairs.to(g.device)
+    return out
+
+
+@contextmanager
+def _train_mode(model: nn.Module):
+    previous = model.training
+    model.train()
+    try:
+        yield
+    finally:
+        model.train(previous)
 
 
 def pair_ratio(projected: torch.Tensor) -> torch.Tensor:
