@@ -78,3 +78,26 @@ def attack_update(attack, update: Update, model: nn.Module, spec: DataSpec,
     if truth is not None:
         scores.update(truth_scores(rec, truth, spec, getattr(model, "tokenizer", None)))
     return rec, scores
+
+
+def leakage_level(entry: dict) -> dict:
+    """``{"level", "evidence"}`` of one attacked reply: ``high`` when the attacker itself can show
+    what it recovered (imprint bins holding exactly one input, a text attack whose exactness
+    condition held), else ``inconclusive`` (an optimization attack's loss is an estimate at its
+    budget; fedleak never calls a reply safe). A batch the client shared (client-reported, never
+    verified by the server) can raise the level — Rec % or exact sequences above 0 — but never
+    lower it: a client sending a fake "truth" cannot make its own reply look less leaky."""
+    if (entry.get("verbatim") or 0) > 0:
+        return {"level": "high", "evidence": f"proved by the attacker: {entry['verbatim']} input(s) read back "
+                                             "verbatim from single-input imprint bins"}
+    exact = entry.get("exactness")
+    if isinstance(exact, dict) and exact.get("holds"):
+        return {"level": "high", "evidence": "proved by the attacker: the text attack's exactness condition held"}
+    reported = entry.get("truth") == "client-reported"
+    if reported and ((entry.get("rec_percent") or 0) > 0 or (entry.get("exact_sequences") or 0) > 0):
+        what = (f"Rec {entry['rec_percent']:.0f} %" if entry.get("rec_percent") else
+                f"{entry.get('exact_sequences')} exact sequence(s)")
+        return {"level": "high", "evidence": f"client-reported truth: {what} against the batch the client shared"}
+    reason = exact.get("reason") if isinstance(exact, dict) else None
+    return {"level": "inconclusive", "evidence": reason or "an optimization attack's estimate at its budget; a "
+                                                           "stronger attack or budget may recover more"}
