@@ -181,6 +181,22 @@ def _run_text_demo(out, *, clients, rounds, samples, inspect, share, lr, seed, b
     return holder["audit"]
 
 
+def record_line(r: dict) -> str:
+    """One console line per record: status, scores, and why — the reason a reply was not attacked,
+    or the leakage level with its evidence (e.g. why an exact text attack recovered nothing)."""
+    scores = ", ".join(f"{k} {r[k]:.3g}" if isinstance(r[k], float) else f"{k} {r[k]}"
+                       for k in ("verbatim", "attack_loss", "psnr", "rec_percent", "rouge1", "exact_sequences")
+                       if r.get(k) is not None)
+    line = f"round {r['round']} node {r['client']}: {r['status']}" + (f" ({r.get('attack')}: {scores})" if scores
+                                                                       else "")
+    if r.get("reason"):
+        return line + f" — {r['reason'][:200]}"
+    leakage = r.get("leakage")
+    if isinstance(leakage, dict):
+        line += f" — leakage {leakage['level']}: {leakage['evidence'][:200]}"
+    return line
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedleak.integrations.flower.demo",
                                      description="Run a real Flower federation in-process and audit it for leakage.")
@@ -210,12 +226,7 @@ def main(argv=None) -> int:
         print(f"fedleak: error: {exc}", file=sys.stderr)
         return 2
     for r in sorted(audit.records, key=lambda r: (r["round"], r["client"])):
-        scores = ", ".join(f"{k} {r[k]:.3g}" if isinstance(r[k], float) else f"{k} {r[k]}"
-                           for k in ("verbatim", "attack_loss", "psnr", "rec_percent", "rouge1", "exact_sequences")
-                           if r.get(k) is not None)
-        print(f"round {r['round']} node {r['client']}: {r['status']}"
-              + (f" ({r.get('attack')}: {scores})" if scores else "")
-              + (f" — {r['reason'][:160]}" if r.get("reason") else ""))
+        print(record_line(r))
     print(f"leakage records in {args.out}/leakage.jsonl, dashboard in {args.out}/dashboard.html")
     return 0
 
