@@ -56,6 +56,17 @@ def _cell(record: dict, column: str):
 
 def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
     """Leakage per client per round, one panel per score present; ``None`` before any score."""
+    figure = leakage_figure(records)
+    if figure is None:
+        return None
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    buffer.seek(0)
+    return Image.open(buffer).convert("RGB")
+
+
+def leakage_figure(records: Sequence[dict]):
+    """The matplotlib ``Figure`` of :func:`leakage_plot` (``None`` before any score)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -90,10 +101,7 @@ def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    buffer.seek(0)
-    return Image.open(buffer).convert("RGB")
+    return figure
 
 
 def latest_reconstructions(records: Sequence[dict], spec: DataSpec, limit: int = 16) -> list:
