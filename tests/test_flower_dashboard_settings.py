@@ -51,7 +51,8 @@ def test_client_settings_come_from_the_node_and_the_run_config_only_tightens(mon
     plain = node_settings(_Context(part))
     assert (plain.partition_id, plain.num_partitions, plain.inspect, plain.share_truth) == (1, 3, False, False)
     own = {**part, "inspect": True, "share-truth": True}
-    assert node_settings(_Context(own, {"inspect": False, "share-truth": True})).inspect is True  # server can't turn off
+    # the server cannot turn a node's inspector off
+    assert node_settings(_Context(own, {"inspect": False, "share-truth": True})).inspect is True
     assert node_settings(_Context(part, {"share-truth": True})).share_truth is False  # nor make a node share
     assert node_settings(_Context(part, {"inspect": True})).inspect is True  # stricter: allowed
     assert node_settings(_Context(own, {"share-truth": False})).share_truth is False

@@ -108,7 +108,8 @@ CASES = {
 
 
 def _run(tmp_path, mutate, *, nodes=3, audited=True, guard=True):
-    """One round; node 3 (if any) replies with ``mutate(its honest state)``. Returns (arrays or exception type, audit)."""
+    """One round; node 3 (if any) replies with ``mutate(its honest state)``.
+    Returns (arrays or the exception type, audit)."""
     from flwr.app import ConfigRecord, Message
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
@@ -168,7 +169,7 @@ def test_a_hostile_reply_is_quarantined_and_the_others_aggregate_as_fedavg_alone
     assert "not passed to FedAvg" in by_node[3]["reason"]
 
 
-def test_without_the_guard_fedavg_itself_dies_on_a_third_of_them(tmp_path):
+def test_without_the_guard_fedavg_itself_dies_on_14_of_them(tmp_path):
     """The same replies through FedAvg with no fedleak, and through guard=False: the same outcome."""
     died = []
     for i, (case, mutate) in enumerate(CASES.items()):
@@ -182,9 +183,10 @@ def test_without_the_guard_fedavg_itself_dies_on_a_third_of_them(tmp_path):
             for name in plain:
                 np.testing.assert_array_equal(open_[name], plain[name])
         assert "quarantined" not in {r["status"] for r in audit.records}
-    assert {"no ArrayRecord", "two ArrayRecords", "extra key", "missing key", "no MetricRecord",
-            "extra metric key"} <= set(died), died
-    assert len(died) >= 8, died
+    assert set(died) == {"num-examples negative", "num-examples missing", "no ArrayRecord", "two ArrayRecords",
+                         "old-style truth ArrayRecord", "ArrayRecord under another key", "extra key", "missing key",
+                         "renamed key", "no MetricRecord", "two MetricRecords", "extra metric key", "huge metadata",
+                         "empty reply"}, died  # 14 of 25; the others FedAvg averages in (a wrong shape broadcasts)
 
 
 def test_a_fake_shared_batch_costs_its_scores_not_the_reply(tmp_path, honest_pair):

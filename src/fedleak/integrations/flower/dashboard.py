@@ -140,7 +140,8 @@ def latest_texts(records: Sequence[dict], limit: int = 8) -> str:
 
 def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], title: str) -> Path:
     """Write the dashboard for ``records`` (the lines of ``leakage.jsonl``) to ``path``."""
-    present = [c for c in COLUMNS if c in ("round", "client", "status") or any(_cell(r, c) is not None for r in records)]
+    present = [c for c in COLUMNS
+               if c in ("round", "client", "status") or any(_cell(r, c) is not None for r in records)]
     rows = [{c: _cell(r, c) for c in present} for r in records]
     plot = leakage_plot(records)
     attacked = sum(r.get("status") == "attacked" for r in records)
