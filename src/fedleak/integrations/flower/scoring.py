@@ -80,9 +80,13 @@ def root_logging_unchanged():
 
     ``rouge_score`` logs through ``absl.logging`` on first use, which gives the root logger a
     stream handler; Flower's logger propagates to the root, so every Flower line after the first
-    text score was printed twice."""
+    text score was printed twice. While we call it, a root without handlers holds a NullHandler, so
+    absl adds none (no window in which Flower's lines could print twice), and anything added is
+    removed afterwards."""
     root = logging.getLogger()
     before, level = list(root.handlers), root.level
+    if not before:  # absl calls logging.basicConfig() only when the root has no handler: lend it one that drops
+        root.addHandler(logging.NullHandler())
     try:
         yield
     finally:
