@@ -19,13 +19,14 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Optional
 
 STARTED = re.compile(r"Successfully started run (\d+)")
 
 
 def _flwr() -> str:
-    here = shutil.which("flwr", path=str(__import__("pathlib").Path(sys.executable).parent)) or shutil.which("flwr")
+    here = shutil.which("flwr", path=str(Path(sys.executable).parent)) or shutil.which("flwr")
     if here is None:
         raise SystemExit("fedleak: error: the flwr command is not installed (pip install \"fedleak[flower]\")")
     return here
