@@ -20,9 +20,9 @@ from ...report import html_report, image_grid
 from ...types import DataSpec, Reconstruction
 
 #: what the plot shows, in order of preference: (record key, axis label)
-PANELS = (("psnr", "PSNR vs the true batch (dB)"), ("verbatim", "inputs recovered verbatim"),
+PANELS = (("psnr", "PSNR vs the shared batch (dB, client-reported)"), ("verbatim", "inputs recovered verbatim"),
           ("attack_loss", "final matching loss (attacker-side)"),
-          ("rouge1", "ROUGE-1 vs the true batch (text)"))
+          ("rouge1", "ROUGE-1 vs the shared batch (client-reported)"))
 COLUMNS = ["round", "client", "status", "leakage", "attack", "num_examples", "verbatim", "attack_loss", "psnr",
            "rec_percent", "iip", "rouge1", "exact_sequences", "epsilon", "reason"]
 #: scores that count things: integer ticks
