@@ -9,7 +9,8 @@ the inspector off (node 0 still refuses, node 1 leaks verbatim); honest under Fl
 fixed clipping with the DP wrapper around the audit (Flower's ``fixedclipping_mod`` on real
 SuperNodes, ε recorded); a ServerApp that crashes (exit 1). The audit writes inside the installed
 app's folder, nothing lands in the SuperLink's working directory, the app's pyproject.toml is
-not rewritten. About 3–5 minutes on 2 loaded cores (each message spawns a ClientApp process).
+not rewritten. Measured 284 s on 2 shared cores (SuperLink + SuperNodes 19 s, honest 84 s, DP 73 s,
+malicious 60 s, crash 35 s): in 1.42 every message spawns a ClientApp process that imports torch.
 """
 
 from __future__ import annotations
