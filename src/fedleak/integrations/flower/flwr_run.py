@@ -1,6 +1,7 @@
 """``flwr run`` that fails when the run fails.
 
-    python -m fedleak.integrations.flower.flwr_run APP [CONNECTION] [--run-config "..."] [--timeout S]
+    python -m fedleak.integrations.flower.flwr_run APP [CONNECTION] [--run-config "..."]
+        [--federation-config "..."] [--timeout S]
 
 Flower 1.42's ``flwr run`` exits 0 once the run is *submitted*: without ``--stream`` it returns at
 once, with it after the logs end, whether the ServerApp finished or crashed. This runs
@@ -54,11 +55,15 @@ def main(argv=None) -> int:
     parser.add_argument("app", help="the Flower app folder (e.g. examples/flower-app)")
     parser.add_argument("connection", nargs="?", help="a SuperLink connection of $FLWR_HOME/config.toml")
     parser.add_argument("--run-config", default=None, help="passed to flwr run")
+    parser.add_argument("--federation-config", default=None,
+                        help="passed to flwr run (simulation: e.g. 'num-supernodes=3')")
     parser.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
     args = parser.parse_args(argv)
     command = [_flwr(), "run", args.app] + ([args.connection] if args.connection else []) + ["--stream"]
     if args.run_config:
         command += ["--run-config", args.run_config]
+    if args.federation_config:
+        command += ["--federation-config", args.federation_config]
     run_id = None
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     start = time.monotonic()
