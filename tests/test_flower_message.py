@@ -97,7 +97,7 @@ def test_any_message_api_strategy_can_be_wrapped(tmp_path):
     assert "proximal-mu" in update.metadata["train_config"] and holder["result"].arrays is not None
 
 
-def test_bad_replies_are_recorded_as_rejected_and_never_crash_the_federation(tmp_path):
+def test_bad_replies_are_quarantined_and_never_crash_the_federation(tmp_path):
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
 
@@ -118,13 +118,17 @@ def test_bad_replies_are_recorded_as_rejected_and_never_crash_the_federation(tmp
 
     from flwr.serverapp.exception import InconsistentMessageReplies
 
-    holder = {}
-    with pytest.raises(InconsistentMessageReplies):  # every reply passed on unchanged: FedAvg itself refuses
-        federation(tmp_path, clients=3, rounds=1, client_app=app, attack=None, holder=holder)  # as without us
+    holder = {}  # guarded (the default): the other architecture is quarantined, FedAvg aggregates node 1 alone
+    federation(tmp_path / "guarded", clients=3, rounds=1, client_app=app, attack=None, holder=holder)
     records = {r["client"]: r for r in holder["audit"].records}
-    assert records[1]["status"] == "recorded"
-    assert records[2]["status"] == "rejected" and "arrays the client returned" in records[2]["reason"]
+    assert records[1]["status"] == "recorded" and holder["result"].arrays is not None
+    assert records[2]["status"] == "quarantined" and "array names differ" in records[2]["reason"]
     assert records[3]["status"] == "error" and "client crashed" in records[3]["reason"]
+    holder = {}
+    with pytest.raises(InconsistentMessageReplies):  # guard=False: every reply passed on, FedAvg itself refuses
+        federation(tmp_path / "open", clients=3, rounds=1, client_app=app, attack=None, holder=holder, guard=False)
+    records = {r["client"]: r for r in holder["audit"].records}
+    assert records[2]["status"] == "rejected" and "arrays the client returned" in records[2]["reason"]
 
 
 def test_wrapping_anything_but_a_message_api_strategy_fails_at_construction(tmp_path):

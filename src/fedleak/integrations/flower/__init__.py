@@ -10,8 +10,13 @@ One job per module:
 * :mod:`.scoring` — the per-reply attack job and its scores (attacker-side, and against the true
   batch in evaluation mode).
 * :mod:`.dashboard` — ``OUT/dashboard.html``: leakage per client per round, latest reconstructions.
-* :mod:`.client` — the client side: :func:`inspector_mod` (refuses imprinted / trap-weight models)
-  and :func:`share_truth` (evaluation mode: a simulated client opts in to send its true batch).
+* :mod:`.client` — the client side: :func:`inspector_mod` (refuses imprinted / trap-weight models),
+  :func:`share_truth` (evaluation mode: a simulated client opts in to send its true batch, as a
+  ConfigRecord Flower's DP code leaves alone), :func:`node_settings` (what a node protects and
+  shares comes from its node config).
+* :mod:`.guard` — the quarantine of replies the wrapped strategy could not aggregate.
+* :mod:`.dp` — the Flower DP (wrappers, mods, σ, C, accountant ε) in force for each attacked reply.
+* :mod:`.recipes` — Flower's DP modes around the audit (server wrapper, client mods).
 * :mod:`.grid` — :class:`InlineGrid`: a Message-API ``Grid`` that runs ClientApps in this process
   (no Ray, no SuperLink), and :func:`run_inline`.
 * :mod:`.demo` — ``python -m fedleak.integrations.flower.demo``.
@@ -29,9 +34,10 @@ __all__ = ["CONFIG_ALIASES", "FLOWER_AVAILABLE", "KEYS", "LeakageRecorder", "mod
 
 try:  # the Message API (flwr >= 1.20)
     from .audit import LeakageAudit
-    from .client import TRUTH_KEY, inspector_mod, share_truth
+    from .client import TRUTH_KEY, inspector_mod, node_settings, share_truth
     from .grid import InlineGrid, run_inline
 
-    __all__ += ["LeakageAudit", "TRUTH_KEY", "inspector_mod", "share_truth", "InlineGrid", "run_inline"]
+    __all__ += ["LeakageAudit", "TRUTH_KEY", "inspector_mod", "node_settings", "share_truth", "InlineGrid",
+                "run_inline"]
 except ImportError:  # pragma: no cover - flwr absent or too old
     pass

@@ -15,15 +15,25 @@ every round, it
    JSON line per reply to ``OUT/leakage.jsonl`` (under a lock) and rewrites
    ``OUT/dashboard.html``.
 
-A reply whose arrays do not fit the model, or that lacks its ``num-examples`` (or reports a
-non-finite, negative or absurd one, wrong dtypes, NaN weights, huge metadata: any field a client
-controls), is recorded as ``rejected`` with the reason and not attacked. Every reply is still
-passed on, unchanged, to the wrapped strategy: fedleak declines to attack, it never drops or
-mutates what the strategy aggregates (an audit must never take a federation down); error replies (e.g. a client's inspector refusing the model) are recorded as
-``error`` and passed on. ``ship=`` makes the audit a malicious server: it sends that model (e.g.
-:func:`fedleak.models.imprint`'s) instead of the global one every round — see ``docs/flower.md``
-for the threat model. In evaluation mode a simulated client shares its batch
-(:func:`.client.share_truth`); the audit strips it from the reply and scores PSNR / Rec % / IIP.
+**Guarded by default** (``guard=True``, :mod:`.guard`): a reply the wrapped strategy could not
+aggregate (no ``ArrayRecord``, two, a wrong shape or dtype, an extra or missing key, NaN weights, a
+missing or absurd ``num-examples``, metric keys unlike the round's other replies) is *quarantined*:
+recorded as ``quarantined`` with the reason and not handed to the strategy, which aggregates the
+others exactly as it would have without fedleak — no reply can end the federation.
+``guard=False`` hands every reply to the strategy unchanged (and the strategy may raise). A
+reply the strategy receives but fedleak cannot read as an update is recorded as ``rejected``
+and not attacked; error replies (e.g. a client's inspector refusing the model) are recorded as
+``error`` and passed on. ``ship=`` makes the audit a malicious server: it sends that model
+(e.g. :func:`fedleak.models.imprint`'s) instead of the global one every round — see
+``docs/flower.md`` for the threat model.
+
+Every attacked record carries ``leakage`` (``high`` or ``inconclusive``, with its evidence) decided
+from what the attacker knows; in evaluation mode a simulated client that opted in shares its
+batch (:func:`.client.share_truth`, a ``ConfigRecord`` no Flower code touches), the audit adds
+PSNR / Rec % / IIP marked ``truth: client-reported`` — such scores can raise ``leakage``, never
+lower it. The DP in force (Flower's wrappers on either side of the audit, the mods a client
+reports), what the reply had been through, and Flower's accountant ε after the round are in the
+record's ``dp`` (:mod:`.dp`).
 """
 
 from __future__ import annotations
@@ -41,10 +51,12 @@ from torch import nn
 
 from ...errors import FedleakError
 from ...types import ClientData, DataSpec, Params, Protocol, Update
-from .client import take_truth
+from . import dp as flower_dp
+from .client import DP_KEY, read_truth
 from .convert import client_metadata, model_record, protocol_from_config, split_record, update_from_params
 from .dashboard import write_dashboard
-from .scoring import attack_update, choose_attack
+from .guard import layout, screen
+from .scoring import attack_update, choose_attack, leakage_level
 
 log = logging.getLogger("fedleak.flower")
 
@@ -58,14 +70,18 @@ class LeakageAudit(Strategy):
     ``protocol``: the clients' local training, per round overridden by the train config, or a
     callable ``(round, config) -> Protocol``. ``attack``: ``"auto"`` (default), a name, a built
     attack, or ``None`` to only record. ``workers``: attack threads. ``evaluation``: score against
-    a batch a client shared. ``save_updates``: keep each update on disk.
+    a batch a client shared (client-reported). ``save_updates``: keep each update on disk.
+    ``guard``: quarantine replies the wrapped strategy could not aggregate (default; :mod:`.guard`).
+    ``accountant``: a Flower accountant (``RdpAccountant``) for a fixed-clipping DP wrapper placed
+    *around* the audit, which Flower does not let account itself (:func:`.dp.epsilon`).
     """
 
     def __init__(self, strategy, model: Optional[nn.Module], out, *, spec: Optional[DataSpec] = None,
                  protocol: Union[Protocol, Callable[[int, dict], Protocol], None] = None, attack="auto",
                  attack_options: Optional[dict] = None, ship: Optional[nn.Module] = None, blocking: bool = False,
                  workers: int = 1, evaluation: bool = True, save_updates: bool = True,
-                 arrayrecord_key: Optional[str] = None, num_examples_key: str = "num-examples") -> None:
+                 arrayrecord_key: Optional[str] = None, num_examples_key: str = "num-examples",
+                 guard: bool = True, accountant=None) -> None:
         if not isinstance(strategy, Strategy):
             raise FedleakError(f"LeakageAudit wraps a Flower Message-API strategy (an instance of "
                                f"flwr.serverapp.strategy.Strategy, e.g. FedAvg()), got {type(strategy).__module__}."
@@ -91,6 +107,10 @@ class LeakageAudit(Strategy):
         if isinstance(attack, str) and attack != "auto":
             self.attack = self._build(attack)  # unknown names and options fail here, not mid-federation
         self.blocking, self.evaluation, self.save_updates = bool(blocking), bool(evaluation), bool(save_updates)
+        if not isinstance(guard, bool):
+            raise FedleakError(f"LeakageAudit: guard must be True or False, got {guard!r}")
+        self.guard = guard
+        self.accountant = accountant  # a Flower accountant for a fixed-clipping wrapper around the audit (dp.py)
         self.arrayrecord_key, self.num_examples_key = arrayrecord_key, num_examples_key
         from ...runs.outdir import prepare_out_dir
 
@@ -101,6 +121,8 @@ class LeakageAudit(Strategy):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedleak-audit")
         self._futures: list[Future] = []
         self._sent: dict[tuple[int, int], tuple[tuple[Params, Params], dict]] = {}
+        self._layouts: dict[tuple[int, int], tuple] = {}
+        self._dp: dict[int, tuple[list, int]] = {}  # round -> ([(wrapper, position, description)], sample size)
 
     # -- the strategy interface -----------------------------------------------------------------
     def summary(self) -> None:
@@ -114,21 +136,47 @@ class LeakageAudit(Strategy):
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         converted: dict[int, tuple[Params, Params]] = {}
         for message in messages:
-            record = self._array_record(message.content, "the train message")
+            key, record = self._array_record(message.content, "the train message")
             if id(record) not in converted:  # strategies send one record to every node: convert it once
                 converted[id(record)] = split_record(self.model, record, "arrays the server sent")
             sent_config = dict(next(iter(message.content.config_records.values()), {}))
-            self._sent[(server_round, message.metadata.dst_node_id)] = (converted[id(record)], sent_config)
+            node = message.metadata.dst_node_id
+            self._sent[(server_round, node)] = (converted[id(record)], sent_config)
+            self._layouts[(server_round, node)] = layout(key, record)
+        try:  # σ and this round's C, read before the round's adaptive update changes C
+            found = [(w, pos, flower_dp.describe(w, pos)) for w, pos in flower_dp.wrappers(self)]
+        except Exception as exc:  # noqa: BLE001 - recording the DP must never stop the federation
+            log.warning("fedleak: could not read the DP wrappers: %s", exc)
+            found = []
+        self._dp[server_round] = (found, len(messages))
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         passed = list(replies)
-        for reply in passed:
-            self.receive(server_round, reply)  # never raises; the strategy sees every reply as sent
-        self._sent = {key: value for key, value in self._sent.items() if key[0] != server_round}
-        if self.blocking:
-            self.wait()
-        return self.strategy.aggregate_train(server_round, passed)
+        if self.guard:
+            layouts = {node: value for (r, node), value in self._layouts.items() if r == server_round}
+            screened = screen(passed, layouts, self.num_examples_key)
+            for reply, reason in screened.quarantined:
+                self._write({"round": int(server_round), "client": self._node(reply), "status": "quarantined",
+                             "reason": f"not passed to {type(self.strategy).__name__}: {reason}"[:500]})
+            passed = screened.passed
+        jobs = [self._prepare(server_round, reply) for reply in passed]  # read before the strategy clips
+        result = None
+        try:
+            result = self.strategy.aggregate_train(server_round, passed)
+        finally:
+            dp_info = self._round_dp(server_round, bool(result and result[0]))
+            for job in jobs:
+                if job is not None:
+                    if dp_info is not None or job[0].get("dp"):
+                        job[0]["dp"] = self._reply_dp(dp_info, job[0].pop("dp", None))
+                    self._submit(*job)
+            self._sent = {key: value for key, value in self._sent.items() if key[0] != server_round}
+            self._layouts = {key: value for key, value in self._layouts.items() if key[0] != server_round}
+            self._dp.pop(server_round, None)
+            if self.blocking:
+                self.wait()
+        return result
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -156,29 +204,92 @@ class LeakageAudit(Strategy):
     def receive(self, server_round: int, reply: Message) -> str:
         """Record one reply; start its attack. Returns the record's status (never raises for a
         bad reply: its problem becomes the record's ``reason``)."""
+        job = self._prepare(server_round, reply)
+        if job is None:
+            return self.records[-1]["status"] if self.records else "rejected"
+        self._submit(*job)
+        return "accepted"
+
+    @staticmethod
+    def _node(reply: Message) -> int:
         try:
-            node = int(reply.metadata.src_node_id)
+            return int(reply.metadata.src_node_id)
         except Exception:  # noqa: BLE001 - a reply without a usable node id is still only skipped
-            node = -1
-        entry = {"round": int(server_round), "client": node}
+            return -1
+
+    def _prepare(self, server_round: int, reply: Message):
+        """``(entry, update, truth)`` for a reply to attack, or ``None`` (its record written)."""
+        entry = {"round": int(server_round), "client": self._node(reply)}
         try:
             if reply.has_error():
                 self._write({**entry, "status": "error", "reason": str(reply.error.reason)[:500]})
-                return "error"
-            truth = take_truth(reply.content)
-            update = self._update(server_round, node, reply.content)
+                return None
+            update = self._update(server_round, entry["client"], reply.content)
         except Exception as exc:  # noqa: BLE001 - whatever a client sends, the federation goes on
             reason = str(exc) if isinstance(exc, FedleakError) else f"malformed reply ({type(exc).__name__}: {exc})"
             self._write({**entry, "status": "rejected", "reason": reason[:500]})
-            return "rejected"
+            return None
         entry.update(num_examples=update.num_samples, protocol=update.protocol.to_json())
-        truth = truth if self.evaluation else None
+        truth = None
+        if self.evaluation:
+            try:
+                truth = read_truth(reply.content, update.num_samples)
+            except Exception as exc:  # noqa: BLE001 - a bad shared batch costs the scores, not the reply
+                entry["truth_error"] = (str(exc) if isinstance(exc, FedleakError) else type(exc).__name__)[:300]
+            if truth is not None:
+                entry["truth"] = "client-reported"
+        reported = self._client_dp(reply.content)
+        if reported:
+            entry["dp"] = reported
         if self.attack is None and self.attack_name is None:
             entry["status"] = "recorded"
-            self._futures.append(self._pool.submit(self._job, entry, update, None))
-        else:
-            self._futures.append(self._pool.submit(self._job, entry, update, truth))
-        return "accepted"
+            truth = None
+        return entry, update, truth
+
+    def _submit(self, entry: dict, update: Update, truth: Optional[ClientData]) -> None:
+        self._futures.append(self._pool.submit(self._job, entry, update, truth))
+
+    def _round_dp(self, server_round: int, released: bool) -> Optional[dict]:
+        found, sample_size = self._dp.get(server_round, ([], 0))
+        if not found:
+            return None
+        info = {"mechanisms": [d for _, _, d in found]}
+        for wrapper, position, _ in found:
+            try:
+                spent = flower_dp.epsilon(wrapper, position, sample_size if released else 0, self.accountant)
+            except Exception as exc:  # noqa: BLE001 - an accountant failing must not end the round
+                spent = {"epsilon_error": f"{type(exc).__name__}: {exc}"[:200]}
+            if spent is not None:
+                info.update(spent)
+        return info
+
+    @staticmethod
+    def _reply_dp(round_dp: Optional[dict], reported: Optional[list]) -> dict:
+        info = dict(round_dp or {"mechanisms": []})
+        info["mechanisms"] = list(info["mechanisms"]) + list(reported or [])
+        info["sees"] = flower_dp.sees(info["mechanisms"])
+        return info
+
+    @staticmethod
+    def _client_dp(content: RecordDict) -> Optional[list]:
+        """The DP mods a client says it runs (its ``fedleak-dp`` record), sanitized, marked client-reported."""
+        record = content.get(DP_KEY) if DP_KEY in content else None
+        if record is None:
+            return None
+        try:
+            mods = json.loads(record["mods"]) if isinstance(record.get("mods"), str) and len(record["mods"]) < 8192 \
+                else None
+        except Exception:  # noqa: BLE001
+            mods = None
+        keep = {"mechanism", "where", "clipping", "clipping_norm", "noise_std", "noise", "epsilon", "delta",
+                "sensitivity"}
+        out = []
+        for mod in mods if isinstance(mods, list) else []:
+            if isinstance(mod, dict):
+                clean = {k: v for k, v in mod.items() if k in keep and isinstance(v, (str, int, float))
+                         and not isinstance(v, bool) and (not isinstance(v, str) or len(v) < 100)}
+                out.append({**clean, "origin": "client-reported"})
+        return out[:8] or None
 
     def wait(self) -> None:
         """Block until every attack started so far has finished and been written."""
@@ -198,22 +309,22 @@ class LeakageAudit(Strategy):
             self._attacks[name] = build(name, **self.attack_options)
         return self._attacks[name]
 
-    def _array_record(self, content: RecordDict, what: str) -> ArrayRecord:
+    def _array_record(self, content: RecordDict, what: str) -> tuple[str, ArrayRecord]:
         records = content.array_records
         if self.arrayrecord_key is not None:
             if self.arrayrecord_key not in records:
                 raise FedleakError(f"{what} has no ArrayRecord {self.arrayrecord_key!r} (it has {sorted(records)})")
-            return records[self.arrayrecord_key]
+            return self.arrayrecord_key, records[self.arrayrecord_key]
         if len(records) != 1:
             raise FedleakError(f"{what} holds {len(records)} ArrayRecords ({sorted(records)}); expected one, or "
                                f"pass arrayrecord_key=")
-        return next(iter(records.values()))
+        return next(iter(records.items()))
 
     def _update(self, server_round: int, node: int, content: RecordDict) -> Update:
         if (server_round, node) not in self._sent:
             raise FedleakError(f"node {node} replied in round {server_round} but was sent no model by this strategy")
         (server, buffers), config = self._sent[(server_round, node)]
-        record = self._array_record(content, "the reply")
+        _, record = self._array_record(content, "the reply")
         client, _ = split_record(self.model, record, "arrays the client returned")
         metrics = content.metric_records
         if len(metrics) != 1 or self.num_examples_key not in next(iter(metrics.values())):
@@ -239,6 +350,7 @@ class LeakageAudit(Strategy):
                 rec, scores = attack_update(attack, update, self.model, self.spec, truth)
                 entry["reconstruction"] = str(rec.save(where / "reconstruction"))
                 entry.update(scores, status="attacked", evaluated=truth is not None)
+                entry["leakage"] = leakage_level(entry)
         except Exception as exc:  # an attack failing on one reply must not stop the audit
             entry.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         self._write(entry)

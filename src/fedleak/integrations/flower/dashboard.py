@@ -1,9 +1,11 @@
 """``OUT/dashboard.html``: the live view of a Flower leakage audit, rewritten as records arrive.
 
 One plot (matplotlib) of leakage per client per round — PSNR of the reconstruction where the
-client shared its batch (evaluation mode), the number of verbatim recoveries for imprint attacks,
-the final matching loss otherwise — the table of every record (rejected and refused replies
-included, with their reason) and the latest round's reconstructions.
+client shared its batch (evaluation mode, client-reported), the number of verbatim recoveries for
+imprint attacks, the final matching loss otherwise — and, when Flower's accountant is in force,
+the same leakage against the accountant's ε after each round; the table of every record
+(quarantined, rejected and refused replies included, with their reason, shortened to fit its box;
+``leakage.jsonl`` keeps it whole) and the latest round's reconstructions.
 """
 
 from __future__ import annotations
@@ -18,15 +20,53 @@ from ...report import html_report, image_grid
 from ...types import DataSpec, Reconstruction
 
 #: what the plot shows, in order of preference: (record key, axis label)
-PANELS = (("psnr", "PSNR vs the true batch (dB)"), ("verbatim", "inputs recovered verbatim"),
+PANELS = (("psnr", "PSNR vs the shared batch (dB, client-reported)"), ("verbatim", "inputs recovered verbatim"),
           ("attack_loss", "final matching loss (attacker-side)"),
-          ("rouge1", "ROUGE-1 vs the true batch (text)"))
-COLUMNS = ["round", "client", "status", "attack", "num_examples", "verbatim", "attack_loss", "psnr", "rec_percent",
-           "iip", "reason", "rouge1", "exact_sequences"]
+          ("rouge1", "ROUGE-1 vs the shared batch (client-reported)"))
+COLUMNS = ["round", "client", "status", "leakage", "attack", "num_examples", "verbatim", "attack_loss", "psnr",
+           "rec_percent", "iip", "rouge1", "exact_sequences", "epsilon", "reason"]
+#: scores that count things: integer ticks
+COUNTS = ("verbatim", "exact_sequences")
+#: the longest text a table cell shows
+CELL = 90
+
+
+def _epsilon(record: dict):
+    dp = record.get("dp")
+    return dp.get("epsilon") if isinstance(dp, dict) else None
+
+
+def _cell(record: dict, column: str):
+    if column == "leakage":
+        value = record.get("leakage")
+        return value.get("level") if isinstance(value, dict) else None
+    if column == "epsilon":
+        value = _epsilon(record)
+    elif column == "reason":
+        value = record.get("reason") or record.get("truth_error") or \
+            ((record.get("exactness") or {}).get("reason") if isinstance(record.get("exactness"), dict) else None)
+    else:
+        value = record.get(column)
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, str) and len(value) > CELL:
+        return value[:CELL - 1] + "…"
+    return value
 
 
 def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
     """Leakage per client per round, one panel per score present; ``None`` before any score."""
+    figure = leakage_figure(records)
+    if figure is None:
+        return None
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    buffer.seek(0)
+    return Image.open(buffer).convert("RGB")
+
+
+def leakage_figure(records: Sequence[dict]):
+    """The matplotlib ``Figure`` of :func:`leakage_plot` (``None`` before any score)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -34,28 +74,34 @@ def leakage_plot(records: Sequence[dict]) -> Optional[Image.Image]:
     from matplotlib.ticker import MaxNLocator
 
     scored = [r for r in records if r.get("status") == "attacked"]
-    panels = [(key, label) for key, label in PANELS if any(r.get(key) is not None for r in scored)]
+    panels = [(key, label, "round") for key, label in PANELS if any(r.get(key) is not None for r in scored)]
     if not panels:
         return None
+    if any(_epsilon(r) is not None for r in scored):  # leakage against Flower's accountant ε
+        panels.append((panels[0][0], panels[0][1], "epsilon"))
     figure = Figure(figsize=(5.0 * len(panels), 3.4), dpi=90)
-    for i, (key, label) in enumerate(panels, start=1):
+    for i, (key, label, x) in enumerate(panels, start=1):
         axis = figure.add_subplot(1, len(panels), i)
         for client in sorted({str(r["client"]) for r in scored}):
-            points = sorted((r["round"], r[key]) for r in scored if str(r["client"]) == client and r.get(key) is not None)
+            points = sorted((r["round"] if x == "round" else _epsilon(r), r[key]) for r in scored
+                            if str(r["client"]) == client and r.get(key) is not None
+                            and (x == "round" or _epsilon(r) is not None))
             if points:
                 axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"node {client}")
-        axis.set_xlabel("round")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if x == "round":
+            axis.set_xlabel("round")
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        else:
+            axis.set_xlabel("ε after the round (Flower's accountant)")
+        if key in COUNTS:
+            axis.yaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_ylabel(label)
         if key == "attack_loss":
             axis.set_yscale("log")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    buffer.seek(0)
-    return Image.open(buffer).convert("RGB")
+    return figure
 
 
 def latest_reconstructions(records: Sequence[dict], spec: DataSpec, limit: int = 16) -> list:
@@ -94,14 +140,20 @@ def latest_texts(records: Sequence[dict], limit: int = 8) -> str:
 
 def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], title: str) -> Path:
     """Write the dashboard for ``records`` (the lines of ``leakage.jsonl``) to ``path``."""
-    rows = [{c: (round(r[c], 4) if isinstance(r.get(c), float) else r.get(c)) for c in COLUMNS} for r in records]
+    present = [c for c in COLUMNS
+               if c in ("round", "client", "status") or any(_cell(r, c) is not None for r in records)]
+    rows = [{c: _cell(r, c) for c in present} for r in records]
     plot = leakage_plot(records)
     attacked = sum(r.get("status") == "attacked" for r in records)
+    held = sum(r.get("status") == "quarantined" for r in records)
+    quarantined = f", {held} quarantined (not passed to the strategy)" if held else ""
     sections = [{"title": "Leakage per client per round",
-                 "text": f"{len(records)} replies recorded, {attacked} attacked. Attacker-side scores need no client "
-                         "data; PSNR, Rec % and IIP appear only where a client shared its batch (evaluation mode).",
+                 "text": f"{len(records)} replies recorded, {attacked} attacked"
+                         f"{quarantined}. Attacker-side scores need no client data; PSNR, Rec % and IIP appear only "
+                         "where a client shared its batch (evaluation mode: client-reported, it can raise a reply's "
+                         "leakage level, never lower it).",
                  **({"images": [("leakage per client per round", plot)]} if plot is not None else {})},
-                {"title": "Records", "table": {"rows": rows, "columns": COLUMNS, "floatfmt": ".3g"}}]
+                {"title": "Records", "table": {"rows": rows, "columns": present, "floatfmt": ".3g"}}]
     images = latest_reconstructions(records, spec) if spec is not None else []
     if images:
         sections.append({"title": "Latest reconstructions", "images": images})

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +38,7 @@ from ...errors import FedleakError
 from ...fl import client_update
 from ...types import ClientData, DataSpec, Protocol
 from .audit import LeakageAudit
-from .client import inspector_mod, share_truth
+from .client import node_inspector_mod, node_settings, report_dp, share_truth
 from .convert import adapter_record, model_record
 from .grid import run_inline
 
@@ -66,14 +66,23 @@ def local_sgd(model: nn.Module, data: ClientData, lr: float, epochs: int, batch_
 
 
 def make_client_app(clients: list[ClientData], model_fn: Callable[[], nn.Module], *, share: bool = False,
-                    inspect: bool = False) -> ClientApp:
-    """A ClientApp training ``model_fn()`` on partition ``node_config['partition-id']``; ``share``
-    adds the true batch to each reply (evaluation mode), ``inspect`` runs the inspector mod."""
-    app = ClientApp(mods=[inspector_mod] if inspect else [])
+                    inspect: bool = False, mods: Sequence = ()) -> ClientApp:
+    """A ClientApp training ``model_fn()`` on partition ``node_config['partition-id']``.
+
+    What the node protects and shares is its own decision (:func:`.client.node_settings`): its node
+    config, with ``share``/``inspect`` as the node owner's defaults; a run config can only turn the
+    inspector on or sharing off. ``mods``: more Flower client mods (e.g. Flower's DP mods), run
+    inside the inspector; the reply reports the DP mods among them (:func:`.client.report_dp`)."""
+    mods = list(mods)
+    app = ClientApp(mods=[node_inspector_mod(inspect)] + mods)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        data = clients[int(context.node_config["partition-id"])]
+        settings = node_settings(context, inspect=inspect, share_truth=share)
+        if settings.partition_id >= len(clients):
+            raise FedleakError(f"node config partition-id={settings.partition_id}: this app holds {len(clients)} "
+                               "partitions")
+        data = clients[settings.partition_id]
         model = model_fn()
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         config = msg.content["config"]
@@ -81,29 +90,34 @@ def make_client_app(clients: list[ClientData], model_fn: Callable[[], nn.Module]
         loss = local_sgd(model, data, float(config["lr"]), int(config.get("local-epochs", 1)), batch)
         content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
                               "metrics": MetricRecord({"train-loss": loss, "num-examples": len(data)})})
-        if share:
+        if settings.share_truth:
             share_truth(content, data.inputs, data.labels)
+        report_dp(content, mods)
         return Message(content, reply_to=msg)
 
     return app
 
 
-def make_server_app(model: nn.Module, audit_fn: Callable[[], LeakageAudit], rounds: int,
+def make_server_app(model: nn.Module, audit_fn: Callable, rounds: int,
                     train_config: dict, holder: Optional[dict] = None) -> ServerApp:
-    """A ServerApp whose main runs the audit-wrapped strategy ``audit_fn()`` for ``rounds``."""
+    """A ServerApp whose main runs ``audit_fn()`` for ``rounds``: a :class:`LeakageAudit`, or
+    ``(strategy, audit)`` when a strategy (a Flower DP wrapper) wraps the audit."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        audit = audit_fn()
+        made = audit_fn()
+        strategy, audit = made if isinstance(made, tuple) else (made, made)
         if holder is not None:
             holder["audit"] = audit
         initial = adapter_record(model) if getattr(model, "lora_rank", None) is not None else model_record(model)
-        result = audit.start(grid=grid, initial_arrays=initial, num_rounds=rounds,
-                             train_config=ConfigRecord(dict(train_config)))
+        try:
+            result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds,
+                                    train_config=ConfigRecord(dict(train_config)))
+        finally:
+            audit.close()
         if holder is not None:
             holder["result"] = result
-        audit.close()
 
     return app
 
@@ -167,6 +181,22 @@ def _run_text_demo(out, *, clients, rounds, samples, inspect, share, lr, seed, b
     return holder["audit"]
 
 
+def record_line(r: dict) -> str:
+    """One console line per record: status, scores, and why — the reason a reply was not attacked,
+    or the leakage level with its evidence (e.g. why an exact text attack recovered nothing)."""
+    scores = ", ".join(f"{k} {r[k]:.3g}" if isinstance(r[k], float) else f"{k} {r[k]}"
+                       for k in ("verbatim", "attack_loss", "psnr", "rec_percent", "rouge1", "exact_sequences")
+                       if r.get(k) is not None)
+    line = f"round {r['round']} node {r['client']}: {r['status']}" + (f" ({r.get('attack')}: {scores})" if scores
+                                                                       else "")
+    if r.get("reason"):
+        return line + f" — {r['reason'][:200]}"
+    leakage = r.get("leakage")
+    if isinstance(leakage, dict):
+        line += f" — leakage {leakage['level']}: {leakage['evidence'][:200]}"
+    return line
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedleak.integrations.flower.demo",
                                      description="Run a real Flower federation in-process and audit it for leakage.")
@@ -196,12 +226,7 @@ def main(argv=None) -> int:
         print(f"fedleak: error: {exc}", file=sys.stderr)
         return 2
     for r in sorted(audit.records, key=lambda r: (r["round"], r["client"])):
-        scores = ", ".join(f"{k} {r[k]:.3g}" if isinstance(r[k], float) else f"{k} {r[k]}"
-                           for k in ("verbatim", "attack_loss", "psnr", "rec_percent", "rouge1", "exact_sequences")
-                           if r.get(k) is not None)
-        print(f"round {r['round']} node {r['client']}: {r['status']}"
-              + (f" ({r.get('attack')}: {scores})" if scores else "")
-              + (f" — {r['reason'][:160]}" if r.get("reason") else ""))
+        print(record_line(r))
     print(f"leakage records in {args.out}/leakage.jsonl, dashboard in {args.out}/dashboard.html")
     return 0
 

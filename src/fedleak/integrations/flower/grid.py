@@ -3,7 +3,7 @@
 :class:`InlineGrid` implements Flower's ``flwr.serverapp.Grid`` (``push_messages``,
 ``pull_messages``, ``send_and_receive``, …) by calling each node's ``ClientApp`` in this process,
 with one persistent ``Context`` per node (``node_config`` holds ``partition-id`` and
-``num-partitions``, as in Flower's simulation). Messages are deep-copied on the way in and on the
+``num-partitions``, as in Flower's simulation, or what ``node_configs`` gives each node). Messages are deep-copied on the way in and on the
 way out, so the server and the clients never share objects — as over a network. A ClientApp that
 raises answers with an error reply (``CLIENT_APP_RAISED_EXCEPTION``), as Flower's runtime does.
 :func:`run_inline` runs a ``ServerApp`` against ``ClientApp``s to the end.
@@ -29,7 +29,7 @@ class InlineGrid(Grid):
     """``num_nodes`` nodes running ``client_app`` in this process (node ids 1…n unless given)."""
 
     def __init__(self, client_app, num_nodes: int, *, run_id: int = 1, run_config: Optional[dict] = None,
-                 node_ids: Optional[list[int]] = None) -> None:
+                 node_ids: Optional[list[int]] = None, node_configs: Optional[list[dict]] = None) -> None:
         if not callable(client_app):
             raise FedleakError(f"InlineGrid needs a flwr ClientApp, got {type(client_app).__name__}")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
@@ -39,8 +39,12 @@ class InlineGrid(Grid):
             raise FedleakError(f"InlineGrid needs {num_nodes} distinct node ids, got {node_ids}")
         self.client_app = client_app
         self._run = Run.create_empty(run_id)
-        self._contexts = {node: Context(run_id, node, {"partition-id": i, "num-partitions": num_nodes}, RecordDict(),
-                                        dict(run_config or {})) for i, node in enumerate(node_ids)}
+        if node_configs is not None and (len(node_configs) != num_nodes
+                                         or not all(isinstance(c, dict) for c in node_configs)):
+            raise FedleakError(f"InlineGrid needs one node config (a dict) per node, got {node_configs!r}")
+        configs = node_configs or [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
+        self._contexts = {node: Context(run_id, node, dict(configs[i]), RecordDict(), dict(run_config or {}))
+                          for i, node in enumerate(node_ids)}
         self._replies: dict[str, Message] = {}
 
     def set_run(self, run: Run) -> None:
@@ -86,11 +90,14 @@ class InlineGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-def run_inline(server_app: ServerApp, client_app, num_nodes: int, *, run_config: Optional[dict] = None) -> InlineGrid:
-    """Run ``server_app`` to the end against ``num_nodes`` in-process ``client_app`` nodes."""
+def run_inline(server_app: ServerApp, client_app, num_nodes: int, *, run_config: Optional[dict] = None,
+               node_configs: Optional[list[dict]] = None) -> InlineGrid:
+    """Run ``server_app`` to the end against ``num_nodes`` in-process ``client_app`` nodes
+    (``node_configs``: each node's own config, as ``flower-supernode --node-config``; default the
+    partition only, as Flower's simulation engine)."""
     if not isinstance(server_app, ServerApp):
         raise FedleakError(f"run_inline needs a flwr.serverapp.ServerApp, got {type(server_app).__name__}")
-    grid = InlineGrid(client_app, num_nodes, run_config=run_config)
+    grid = InlineGrid(client_app, num_nodes, run_config=run_config, node_configs=node_configs)
     context = Context(grid.run.run_id, SUPERLINK_NODE_ID, {}, RecordDict(), dict(run_config or {}))
     # the identity Flower's runtime gives the ServerApp process (messages take run and node ids from it)
     saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)

@@ -12,7 +12,9 @@ reconstruction is also scored against the truth with :func:`fedleak.metrics.eval
 from __future__ import annotations
 
 import copy
+import logging
 import math
+from contextlib import contextmanager
 from typing import Optional
 
 from torch import nn
@@ -52,6 +54,9 @@ def attacker_scores(rec: Reconstruction) -> dict:
         scores["attack_loss"] = _finite(extras["loss"])
     if isinstance(extras.get("exactness"), dict):  # a text attack's stated precondition (DAGER's span limit)
         scores["exactness"] = extras["exactness"]
+    for key in ("certain", "verified"):  # the text attacks' own check of what they recovered
+        if isinstance(extras.get(key), bool):
+            scores[key] = extras[key]
     return scores
 
 
@@ -69,12 +74,61 @@ def truth_scores(rec: Reconstruction, truth: ClientData, spec: DataSpec, tokeniz
     return {k: scores[k] for k in keep if k in scores}
 
 
+@contextmanager
+def root_logging_unchanged():
+    """Undo handlers a third-party library adds to the root logger while we call it.
+
+    ``rouge_score`` logs through ``absl.logging`` on first use, which gives the root logger a
+    stream handler; Flower's logger propagates to the root, so every Flower line after the first
+    text score was printed twice. While we call it, a root without handlers holds a NullHandler, so
+    absl adds none (no window in which Flower's lines could print twice), and anything added is
+    removed afterwards."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    if not before:  # absl calls logging.basicConfig() only when the root has no handler: lend it one that drops
+        root.addHandler(logging.NullHandler())
+    try:
+        yield
+    finally:
+        for handler in list(root.handlers):
+            if handler not in before:
+                root.removeHandler(handler)
+        root.setLevel(level)
+
+
 def attack_update(attack, update: Update, model: nn.Module, spec: DataSpec,
                   truth: Optional[ClientData] = None) -> tuple[Reconstruction, dict]:
     """Reconstruct one update (on a private copy of the model: attacks swap its parameters, and
     several run at once in the audit's worker pool) and score it."""
-    rec = attack.reconstruct(update, copy.deepcopy(model), spec)
-    scores = attacker_scores(rec)
-    if truth is not None:
-        scores.update(truth_scores(rec, truth, spec, getattr(model, "tokenizer", None)))
+    with root_logging_unchanged():
+        rec = attack.reconstruct(update, copy.deepcopy(model), spec)
+        scores = attacker_scores(rec)
+        if truth is not None:
+            scores.update(truth_scores(rec, truth, spec, getattr(model, "tokenizer", None)))
     return rec, scores
+
+
+def leakage_level(entry: dict) -> dict:
+    """``{"level", "evidence"}`` of one attacked reply: ``high`` when the attacker itself can show
+    what it recovered (imprint bins holding exactly one input, a text attack whose exactness
+    condition held), else ``inconclusive`` (an optimization attack's loss is an estimate at its
+    budget; fedleak never calls a reply safe). A batch the client shared (client-reported, never
+    verified by the server) can raise the level — Rec % or exact sequences above 0 — but never
+    lower it: a client sending a fake "truth" cannot make its own reply look less leaky."""
+    if (entry.get("verbatim") or 0) > 0:
+        return {"level": "high", "evidence": f"proved by the attacker: {entry['verbatim']} input(s) read back "
+                                             "verbatim from single-input imprint bins"}
+    exact = entry.get("exactness")
+    if isinstance(exact, dict) and exact.get("holds") and entry.get("certain"):
+        return {"level": "high", "evidence": "proved by the attacker: the exactness condition held and the recovered "
+                                             "sequences reproduce the update"}
+    reported = entry.get("truth") == "client-reported"
+    if reported and ((entry.get("rec_percent") or 0) > 0 or (entry.get("exact_sequences") or 0) > 0):
+        what = (f"Rec {entry['rec_percent']:.0f} %" if entry.get("rec_percent") else
+                f"{entry.get('exact_sequences')} exact sequence(s)")
+        return {"level": "high", "evidence": f"client-reported truth: {what} against the batch the client shared"}
+    reason = exact.get("reason") if isinstance(exact, dict) else None
+    if reason and exact.get("holds"):
+        reason = f"{reason}; but the recovery was not verified against the update"
+    return {"level": "inconclusive", "evidence": reason or "an optimization attack's estimate at its budget; a "
+                                                           "stronger attack or budget may recover more"}

@@ -27,7 +27,7 @@ from ... import models
 from ...errors import FedleakError
 from ...fl import client_update
 from ...types import ClientData, Protocol
-from .client import inspector_mod, share_truth
+from .client import node_inspector_mod, node_settings, share_truth
 from .convert import adapter_record, split_record
 
 TEXT_MODELS = ("gpt2-tiny", "llama-tiny")
@@ -62,11 +62,12 @@ def train_adapters(model: nn.Module, data: ClientData, protocol: Protocol) -> fl
 def make_text_client_app(clients: list[ClientData], model_fn: Callable[[], nn.Module], *, share: bool = False,
                          inspect: bool = False) -> ClientApp:
     """A FlowerTune-shaped ClientApp: adapters in, local training, adapters out."""
-    app = ClientApp(mods=[inspector_mod] if inspect else [])
+    app = ClientApp(mods=[node_inspector_mod(inspect)])
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        data = clients[int(context.node_config["partition-id"])]
+        settings = node_settings(context, inspect=inspect, share_truth=share)
+        data = clients[settings.partition_id]
         model = model_fn()
         adapters, _ = split_record(model, msg.content["arrays"], "the adapters the server sent")
         with torch.no_grad():
@@ -80,7 +81,7 @@ def make_text_client_app(clients: list[ClientData], model_fn: Callable[[], nn.Mo
         loss = train_adapters(model, data, protocol)
         content = RecordDict({"arrays": adapter_record(model),
                               "metrics": MetricRecord({"train-loss": loss, "num-examples": len(data)})})
-        if share:
+        if settings.share_truth:
             share_truth(content, data.inputs, data.labels)
         return Message(content, reply_to=msg)
 
