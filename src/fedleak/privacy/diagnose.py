@@ -8,8 +8,9 @@
   canaries of raw norm s·C separate alike. μ̂_C above the claim points at the noise (the noise in force
   ≈ σ·μ/μ̂_C); μ̂_sC ≫ μ̂_C points at the clipping (updates reach the noise unclipped).
 * **Which clients (estimated).** Per client node, the mean statistic of its inserted large canaries minus
-  the mean of all unseen canaries is tested against :data:`MARGIN`·μ (one-sided z-test, unit null
-  variance as the Gaussian mechanism gives, Bonferroni over the K nodes).
+  the mean of all unseen canaries is tested against :data:`MARGIN`·max(μ, μ̂_C) — more than the claim and
+  more than the canaries at the clip norm show, i.e. clipping not in force there (one-sided z-test, unit
+  null variance as the Gaussian mechanism gives, Bonferroni over the K nodes).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
     est_small = estimate(scores[small], included[small], delta)["mu"] if small.sum() > 3 else math.nan
     est_large = estimate(scores[~small], included[~small], delta)["mu"] if (~small).sum() > 3 else math.nan
     out_mean = float(scores[~included].mean())
+    # a node's large canaries should separate no more than the canaries at the clip norm (clipping in force)
+    reference = MARGIN * max(mu_claimed, est_small if math.isfinite(est_small) else 0.0)
     nodes = []
     for k in range(clients):
         sel = (np.asarray(node) == k) & ~small & included
@@ -46,7 +49,7 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
             continue
         diff = float(scores[sel].mean()) - out_mean
         se = math.sqrt(1.0 / n_in + 1.0 / max(1, int((~included).sum())))
-        p = float(norm.sf((diff - MARGIN * mu_claimed) / se))
+        p = float(norm.sf((diff - reference) / se))
         nodes.append({"client": k, "canaries_inserted": n_in, "separation": diff, "p_value": p,
                       "flagged": p < alpha / clients})
     flagged_nodes = [n["client"] for n in nodes if n["flagged"]]
