@@ -27,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("the audit")
     g.add_argument("--canaries", type=float, default=1000, help="canary clients m, each inserted with probability "
                    "1/2 (default 1000)")
-    g.add_argument("--canary-scale", type=float, default=10.0, help="raw norm of the odd canaries in clip norms "
-                   "(default 10; even ones sit at the clip norm)")
+    g.add_argument("--canary-scale", type=float, default=10.0, help="raw norm of three canaries in four, in clip "
+                   "norms (default 10; every fourth sits at the clip norm)")
     g.add_argument("--delta", type=float, default=1e-5, help="δ of the (ε, δ) statements (default 1e-5)")
     g.add_argument("--threat", default="all-iterates", choices=["all-iterates", "final-model"],
                    help="headline threat model (both are reported)")

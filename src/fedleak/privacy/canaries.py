@@ -6,9 +6,9 @@ of u is close to N(0, 1/d), which gives the closed-form null. Steinke et al.'s o
 2023, Alg. 1) includes each canary independently with probability ½; the others are the "unseen" ones.
 
 Canary j's direction is drawn from its own generator seeded from (seed, j), so any canary is rebuilt
-on demand in O(d) memory and a block of canaries in O(block·d). Canaries alternate between two raw
-norms before the DP clipping: C (Andrew et al.'s canary, at the clip norm) for even j and
-``scale``·C for odd j. Under working clipping both become norm C and score alike; where updates are
+on demand in O(d) memory and a block of canaries in O(block·d). Canaries come in two raw norms
+before the DP clipping: C (Andrew et al.'s canary, at the clip norm) for every fourth one (j ≡ 0 mod 4)
+and ``scale``·C for the others. Under working clipping both become norm C and score alike; where updates are
 not clipped before the noise, the large ones stand out — which is how the audit tells missing
 clipping from missing noise. Canary j is sent from client node ``j mod K`` (so a node whose
 client-side DP is missing shows up as that node's canaries).
@@ -51,8 +51,8 @@ class Canaries:
         return rng.random(self.count) < 0.5
 
     def raw_norm(self, j: np.ndarray) -> np.ndarray:
-        """Raw norm of canaries ``j`` in units of the clip norm C: 1 for even j, ``scale`` for odd j."""
-        return np.where(np.asarray(j) % 2 == 0, 1.0, self.scale)
+        """Raw norm of canaries ``j`` in units of the clip norm C: 1 for j ≡ 0 (mod 4), ``scale`` otherwise."""
+        return np.where(np.asarray(j) % 4 == 0, 1.0, self.scale)
 
     def node(self, j: np.ndarray) -> np.ndarray:
         return np.asarray(j) % max(1, self.nodes)

@@ -4,7 +4,7 @@
   accountant assumes) is tested with Mahloujifar et al.'s one-run f-DP analysis
   (:func:`fedleak.privacy.one_run.gdp_p_value`) on pre-registered one-sided guesses: "in" for the
   ⌈:data:`DETECT_FRACTION`·m⌉ highest statistics. p < ``alpha`` rejects the claim rigorously.
-* **Which setting (estimated).** Canaries at the clip norm C separate by μ̂_C; under working clipping the
+* **Which setting (estimated, once the claim is rejected or a client flagged).** Canaries at the clip norm C separate by μ̂_C; under working clipping the
   canaries of raw norm s·C separate alike. μ̂_C above the claim points at the noise (the noise in force
   ≈ σ·μ/μ̂_C); μ̂_sC ≫ μ̂_C points at the clipping (updates reach the noise unclipped).
 * **Which clients (estimated).** Per client node, the mean statistic of its inserted large canaries minus
@@ -24,7 +24,7 @@ from .estimate import estimate
 from .one_run import gdp_p_value, guess
 
 #: one-sided "in" guesses of the claim test, as a fraction of the canaries (fixed in advance)
-DETECT_FRACTION = 0.375
+DETECT_FRACTION = 0.3
 #: an estimated finding needs the separation to exceed the claim by this factor (a material violation)
 MARGIN = 1.5
 
@@ -53,15 +53,17 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
         nodes.append({"client": k, "canaries_inserted": n_in, "separation": diff, "p_value": p,
                       "flagged": p < alpha / clients})
     flagged_nodes = [n["client"] for n in nodes if n["flagged"]]
+    detected = p_claim < alpha or bool(flagged_nodes)
     findings = []
     if p_claim < alpha:
         findings.append(f"Proved (p = {p_claim:.1e} < {alpha:g}, one-run f-DP test of the claim): the canaries "
                         f"separate more than μ = {mu_claimed:.2f}-GDP allows; the accountant's ε is not in force.")
-    if math.isfinite(est_small) and est_small > MARGIN * mu_claimed:
+    noise_low = detected and math.isfinite(est_small) and est_small > MARGIN * mu_claimed
+    if noise_low:
         findings.append(f"Estimated: canaries at the clip norm separate as μ ≈ {est_small:.2f} where the claim allows "
                         f"{mu_claimed:.2f}: the noise in force is about σ ≈ {noise * mu_claimed / est_small:.3g}, not the "
                         f"claimed σ = {noise:g} (noise multiplier setting).")
-    clipping = (math.isfinite(est_large) and est_large > MARGIN * mu_claimed
+    clipping = (detected and math.isfinite(est_large) and est_large > MARGIN * mu_claimed
                 and (not math.isfinite(est_small) or est_large > 2 * max(est_small, 1e-9)))
     if clipping or flagged_nodes:
         where = ("on every client (clipping missing everywhere or applied after the noise)"
@@ -72,8 +74,7 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
     if not findings:
         findings.append(f"No misconfiguration found with {scores.size} canaries: they separate no more than "
                         f"μ = {mu_claimed:.2f}-GDP allows (claim test p = {p_claim:.2g}); this bounds nothing from above.")
-    evidence = "proved" if p_claim < alpha else ("estimated" if len(findings) > 0 and (flagged_nodes or clipping or (
-        math.isfinite(est_small) and est_small > MARGIN * mu_claimed)) else None)
+    evidence = "proved" if p_claim < alpha else ("estimated" if detected else None)
     return {"mu_claimed": mu_claimed, "alpha": alpha, "claim_test": {**g.to_json(), "p_value": p_claim},
             "mu_estimated_at_clip_norm": est_small, "mu_estimated_above_clip_norm": est_large,
             "clients": nodes, "flagged_clients": flagged_nodes, "detected": evidence is not None,
