@@ -58,13 +58,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--many", type=int, default=10000, help="canaries of the extra run at ε = 4")
-    parser.add_argument("--out", default=fresh("dp_audit.json"))
+    parser.add_argument("--out", default=fresh("dp_audit.json"), help="default: a new timestamped file in "
+                        "benchmarks/results/; an existing --out is resumed (its finished runs are kept)")
     args = parser.parse_args()
     import torch
 
     from fedleak.privacy.gdp import mu_of
 
     torch.set_num_threads(1)
+    path = Path(args.out)
+    done = json.loads(path.read_text()).get("done", {}) if path.exists() else {}
     started = time.time()
     load_before = os.getloadavg()
     result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu_count": os.cpu_count(),
@@ -72,22 +75,30 @@ def main() -> None:
               "python": platform.python_version(), "machine": platform.machine(),
               "setup": {"model": MODEL, "data": "digits", "clients": CLIENTS, "samples": 20,
                         "rounds": ROUNDS, "clip": 1.0, "delta": DELTA, "threat": "all-iterates"},
-              "epsilons": {}, "misconfigurations": {}}
+              "epsilons": {}, "misconfigurations": {}, "done": done}
+
+    def cached(key: str, *a):
+        if key not in done:
+            done[key] = one(*a)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result, indent=1) + "\n")  # partial: resumable
+        return done[key]
+
     for eps in (1.0, 4.0, 8.0):
         noise = math.sqrt(ROUNDS) / mu_of(eps, DELTA)
-        rows = [one(noise, 1000, s) for s in range(args.seeds)]
+        rows = [cached(f"eps{eps:g}-m1000-seed{s}", noise, 1000, s) for s in range(args.seeds)]
         if eps == 4.0 and args.many:
-            rows.append(one(noise, args.many, 0))
+            rows.append(cached(f"eps4-m{args.many}-seed0", noise, args.many, 0))
         result["epsilons"][f"{eps:g}"] = {"noise_multiplier": noise, "runs": rows}
     noise4 = math.sqrt(ROUNDS) / mu_of(4.0, DELTA)
     for name, fault in (("none", ()), ("noise off by 10x", ("noise=0.1",)), ("no DP on clients 3, 7", ("no-dp=3,7",)),
                         ("clipping after noise", ("clip-after-noise",))):
-        result["misconfigurations"][name] = one(noise4, 200, 0, fault)
+        result["misconfigurations"][name] = cached(f"fault-{name}", noise4, 200, 0, fault)
     result["load_average_before"] = [round(x, 2) for x in load_before]
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     result["wall_seconds"] = round(time.time() - started, 1)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result["cost_seconds_sum"] = round(sum(r["cost_seconds"]["total"] for r in done.values()), 1)
+    path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
 
 
