@@ -21,7 +21,7 @@ def block(r: dict) -> str:
     lines = [f"Measured {r['when']} on {r['cpu_count']} CPUs ({r['machine']}, {r['device']}), {r['torch_threads']} torch "
              f"thread, load average {r['load_average_before'][0]:.1f} → {r['load_average_after'][0]:.1f}; "
              f"{s['model']} on {s['data']}, {s['clients']} clients × {s['samples']} samples, {s['rounds']} rounds, "
-             f"clip {s['clip']:g}, δ = {s['delta']:g}, {s['threat']} threat. Sum of the audits' costs: {r["cost_seconds_sum"]:.0f} s.",
+             f"clip {s['clip']:g}, δ = {s['delta']:g}, {s['threat']} threat. Sum of the audits' costs: {r['cost_seconds_sum']:.0f} s.",
              "",
              "| accountant ε (exact GDP) | σ | PRV ε | RDP ε (Opacus / Flower) | canaries | seed | proved ε ≥ (f-DP) | "
              "proved ε ≥ ((ε, δ) only) | proved / PRV | estimated ε | estimate vs PRV | final-model estimate | cost s |",
