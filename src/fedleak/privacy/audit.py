@@ -87,6 +87,7 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
         raise FedleakError(f"--threat must be one of {', '.join(THREATS)}, got {threat!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise FedleakError(f"--seed must be an integer ≥ 0, got {seed!r}")
+    Canaries(m, 1, seed, canary_scale)  # checks --canary-scale before any work
     setting, k = claimed_setting(defense, rounds, clients)
     faults = Fault.parse(fault, k)
     protocol = Protocol("fedavg", epochs, batch_size, lr, True)

@@ -42,7 +42,7 @@ class Canaries:
         if int(self.count) != self.count or self.count < 2:
             raise FedleakError(f"--canaries must be an integer ≥ 2, got {self.count!r}")
         if not (math.isfinite(self.scale) and self.scale >= 1):
-            raise FedleakError(f"canary scale must be a finite number ≥ 1, got {self.scale!r}")
+            raise FedleakError(f"--canary-scale must be a finite number ≥ 1, got {self.scale!r}")
 
     @property
     def included(self) -> np.ndarray:
