@@ -99,3 +99,15 @@ def test_guesses_reject_bad_scores():
         one_run.guess([0.0, math.nan, 1.0], [True, False, True])
     with pytest.raises(FedleakError):
         one_run.guess([1.0], [True])
+
+
+def test_docs_numbers_come_from_the_results_file():
+    """docs/dp-audit.md's measured block is what benchmarks/dp_audit_doc.py makes of results/dp_audit.json."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "benchmarks" / "results" / "dp_audit.json").exists()
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "dp_audit_doc.py"), "--check"])
+    assert done.returncode == 0, "run python benchmarks/dp_audit_doc.py"

@@ -66,11 +66,17 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
     clipping = (detected and math.isfinite(est_large) and est_large > MARGIN * mu_claimed
                 and (not math.isfinite(est_small) or est_large > 2 * max(est_small, 1e-9)))
     if clipping or flagged_nodes:
-        where = ("on every client (clipping missing everywhere or applied after the noise)"
-                 if len(flagged_nodes) == len(nodes) else f"on clients {', '.join(map(str, flagged_nodes))}")
-        findings.append(f"Estimated: canaries of raw norm above the clip norm separate as μ ≈ {est_large:.2f} against "
-                        f"{est_small:.2f} for those at the clip norm: updates reach the noise unclipped {where} "
-                        "(clipping setting).")
+        if flagged_nodes and len(flagged_nodes) < len(nodes):
+            worst = max((n for n in nodes if n["flagged"]), key=lambda n: n["p_value"])
+            findings.append(f"Estimated: the inserted canaries above the clip norm sent through clients "
+                            f"{', '.join(map(str, flagged_nodes))} separate by up to "
+                            f"{max(n['separation'] for n in nodes if n['flagged']):.2f} (each z-test p ≤ "
+                            f"{worst['p_value']:.1e}) where clipped canaries separate by {est_small:.2f}: updates reach "
+                            f"the noise unclipped on clients {', '.join(map(str, flagged_nodes))} (clipping setting).")
+        else:
+            findings.append(f"Estimated: canaries of raw norm above the clip norm separate as μ ≈ {est_large:.2f} "
+                            f"against {est_small:.2f} for those at the clip norm: updates reach the noise unclipped "
+                            "on every client (clipping missing everywhere or applied after the noise; clipping setting).")
     if not findings:
         findings.append(f"No misconfiguration found with {scores.size} canaries: they separate no more than "
                         f"μ = {mu_claimed:.2f}-GDP allows (claim test p = {p_claim:.2g}); this bounds nothing from above.")
