@@ -12,6 +12,10 @@ The deployment audit (``fedleak audit`` on the command line)::
 
     fedleak.audit(model="mymodels:build", data="cifar10", data_root=PATH, algorithm="fedavg",
                   defense="dp-sgd:clip=1,noise=1", sweep="defense=0,0.5,1,2", out="audit/")
+
+Is the claimed client-level DP in force (``fedleak dp-audit``; docs/dp-audit.md)::
+
+    fedleak.dp_audit(defense="flower-central-dp:noise=3.4,clip=1,clients=10", rounds=10, canaries=1000, out="dp/")
 """
 
 from . import attacks, audit, data, fl, metrics, models
@@ -22,4 +26,12 @@ from .types import ClientData, DataSpec, Protocol, Reconstruction, Update
 __version__ = "0.1.0"
 
 __all__ = ["ClientData", "DataSpec", "Defense", "FedleakError", "Protocol", "Reconstruction", "Update",
-           "__version__", "attacks", "audit", "client_update", "data", "fl", "metrics", "models"]
+           "__version__", "attacks", "audit", "client_update", "data", "dp_audit", "fl", "metrics", "models"]
+
+
+def __getattr__(name: str):
+    if name == "dp_audit":  # imported on first use (scipy's statistics are not needed by the rest)
+        from .privacy import dp_audit
+
+        return dp_audit
+    raise AttributeError(f"module 'fedleak' has no attribute {name!r}")

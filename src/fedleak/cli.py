@@ -42,6 +42,13 @@ def cmd_audit(args) -> int:
     return 0
 
 
+def cmd_dp_audit(args) -> int:
+    from .privacy.arguments import run_from_args
+
+    run_from_args(args)
+    return 0
+
+
 def cmd_simulate(args) -> int:
     from . import data, models
     from .runs.experiment import threat_metadata
@@ -233,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "report; with no argument, the embedded default")
     audit_arguments(p)
     p.set_defaults(func=cmd_audit)
+
+    from .privacy.arguments import add_arguments as dp_audit_arguments
+
+    p = sub.add_parser("dp-audit", help="is the claimed client-level DP in force? canary clients, one-run lower "
+                       "bound and estimate beside the accountants' ε (docs/dp-audit.md)")
+    dp_audit_arguments(p)
+    p.set_defaults(func=cmd_dp_audit)
 
     p = sub.add_parser("simulate", help="compute one client's update and save it (safetensors + JSON)")
     p.add_argument("--data", default="digits")

@@ -1,0 +1,36 @@
+"""The accountants' ε for the audited federation: what the audit's numbers are put beside.
+
+DP-FedAvg with every client in every round (no subsampling) and noise σC on the sum of updates clipped
+to C is T compositions of the Gaussian mechanism with noise multiplier σ, per client:
+
+* ``gdp_exact`` — μ = √T/σ-GDP, ε(δ) in closed form (Dong, Roth, Su 2022, Cor. 2.13 and 3.3): exact for
+  this mechanism; the PLD/PRV accountants approximate it.
+* ``opacus_rdp``, ``opacus_prv`` — Opacus's RDP and PRV accountants with sample rate 1 and T steps
+  (:func:`fedleak.fl.accounting.epsilon`).
+* ``flower_rdp`` — Flower's own ``RdpAccountant`` (``flwr.serverapp``, backend ``dp-accounting``) with
+  ``SamplingMethod.NO_AMPLIFICATION``, as :func:`fedleak.fl.update_filters.central_epsilon` calls it;
+  ``None`` with the reason when it is not installed.
+"""
+
+from __future__ import annotations
+
+from ..fl.accounting import PrivacyParameters, epsilon
+from ..fl.update_filters import central_epsilon
+from .gdp import composed_mu, epsilon_of
+
+
+def accountant_epsilons(noise: float, rounds: int, delta: float) -> dict:
+    """ε(δ) of T rounds of the Gaussian mechanism with multiplier σ, from every accountant we have."""
+    out = {"gdp_exact": epsilon_of(composed_mu(noise, rounds), delta)}
+    params = PrivacyParameters(float(noise), 1.0, int(rounds), float(delta))
+    for name in ("rdp", "prv"):
+        try:
+            out[f"opacus_{name}"] = epsilon(params, name)
+        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
+            out[f"opacus_{name}"] = None
+            out[f"opacus_{name}_note"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    flower = central_epsilon(float(noise), int(rounds), float(delta))
+    out["flower_rdp"] = flower.get("epsilon_flower")
+    if flower.get("flower_note"):
+        out["flower_rdp_note"] = flower["flower_note"]
+    return out

@@ -1,0 +1,60 @@
+"""The ``fedleak dp-audit`` flags; ``cli.py`` calls :func:`add_arguments` and :func:`run_from_args` only.
+
+Model, data, clients, rounds, ``--defense`` and ``--out`` are named as ``fedleak audit`` names them (the
+defense spec is parsed by the same :func:`fedleak.audit.config.parse_defenses`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="fedleak-dp-audit", help="report folder (default: fedleak-dp-audit)")
+    g = p.add_argument_group("what you deploy")
+    g.add_argument("--model", default="femnist-cnn", help="zoo name (fedleak models); default femnist-cnn")
+    g.add_argument("--model-seed", type=int, default=0)
+    g.add_argument("--data", default="digits", help="dataset name (fedleak datasets; default: digits, embedded)")
+    g.add_argument("--data-root", help="folder with the dataset files")
+    g.add_argument("--samples", type=float, default=20, help="samples per client (default 20)")
+    g.add_argument("--clients", type=float, help="clients per round K (default: clients= of --defense)")
+    g.add_argument("--rounds", type=float, default=10, help="rounds T, every client in every round (default 10)")
+    g.add_argument("--epochs", type=int, default=1, help="local epochs E (default 1)")
+    g.add_argument("--batch-size", type=int, help="local batch size (default: all samples)")
+    g.add_argument("--lr", type=float, default=0.004, help="client learning rate (default 0.004)")
+    g.add_argument("--defense", action="append", metavar="SPEC", required=True,
+                   help="the claimed client-level DP: flower-central-dp:noise=σ,clip=C,clients=K")
+    g = p.add_argument_group("the audit")
+    g.add_argument("--canaries", type=float, default=1000, help="canary clients m, each inserted with probability "
+                   "1/2 (default 1000)")
+    g.add_argument("--canary-scale", type=float, default=10.0, help="raw norm of three canaries in four, in clip "
+                   "norms (default 10; every fourth sits at the clip norm)")
+    g.add_argument("--delta", type=float, default=1e-5, help="δ of the (ε, δ) statements (default 1e-5)")
+    g.add_argument("--threat", default="all-iterates", choices=["all-iterates", "final-model"],
+                   help="headline threat model (both are reported)")
+    g.add_argument("--fault", action="append", metavar="FAULT",
+                   help="simulate a misconfiguration: noise=F (F × the claimed noise), no-dp=I,J (clients without "
+                        "clipping), clip-after-noise")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-plot", action="store_true", help="skip dp-audit.png")
+    g.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _number(value):
+    """Integers given as floats (argparse type=float, so that nan/inf reach the one-line checks) stay integers."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def run_from_args(args, log=print) -> dict:
+    from .audit import dp_audit
+
+    result = dp_audit(defense=args.defense, model=args.model, model_seed=args.model_seed, data=args.data,
+                      data_root=args.data_root, samples=_number(args.samples),
+                      clients=_number(args.clients) if args.clients is not None else None,
+                      rounds=_number(args.rounds), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                      canaries=_number(args.canaries), canary_scale=args.canary_scale, delta=args.delta,
+                      seed=args.seed, threat=args.threat, fault=args.fault or (), out=args.out,
+                      log=None if args.quiet else log, plot=not args.no_plot)
+    for line in result["summary"]:
+        log(line)
+    return result

@@ -1,0 +1,78 @@
+"""The DP audit's sentences and plot, in the verdict vocabulary of fedleak.
+
+The rigorous one-run lower bound is *proved* privacy loss (at its confidence level, under the stated
+hypothesis family); the Gaussian fit of Andrew et al. is *estimated*; both stand beside the
+accountants' ε. A sentence never calls a federation safe: an audit can show that privacy is lost, and
+how much at least, never that it is not.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞"
+    return f"{x:.2f}"
+
+
+def summary_lines(result: dict) -> list[str]:
+    """Plain sentences: proved, estimated, claimed; then the findings of the misconfiguration checks."""
+    acc = result["epsilon_accountant"]
+    low = result["epsilon_lower"]
+    lower = result["lower_bounds"][result["threat"]]
+    est = result["epsilon_estimate"]
+    claim = acc.get("opacus_prv") or acc["gdp_exact"]
+    lines = [
+        f"Proved (95 % confidence, one-run audit of {result['canaries']} canary clients, {result['threat']} "
+        f"threat): the federation is not ({_fmt(low)}, {result['delta']:g})-DP "
+        f"[μ-GDP rejected below μ = {_fmt(lower['mu_gdp'])}; the (ε, δ)-DP analysis of Steinke et al. alone "
+        f"proves ε ≥ {_fmt(lower['epsilon_approx_dp'])}].",
+        f"Estimated (Gaussian fit to the canary statistics, Andrew et al.): ε ≈ {_fmt(est)} at δ = {result['delta']:g}.",
+        f"Claimed by the accountants for σ = {result['setting']['noise']:g}, {result['rounds']} rounds: "
+        f"ε = {_fmt(acc.get('opacus_prv'))} (Opacus PRV), {_fmt(acc.get('opacus_rdp'))} (Opacus RDP), "
+        f"{_fmt(acc.get('flower_rdp'))} (Flower RDP), {_fmt(acc['gdp_exact'])} (exact GDP).",
+    ]
+    if claim and low is not None and math.isfinite(claim) and claim > 0:
+        lines.append(f"The proved loss is {low / claim:.0%} of the accountant's ε; the estimate is {est / claim:.0%} of it."
+                     if math.isfinite(est) else f"The proved loss is {low / claim:.0%} of the accountant's ε.")
+    check = result["misconfiguration"]
+    lines.extend(check["findings"])
+    return lines
+
+
+def plot(result: dict, scores: dict, included: np.ndarray, path: Path) -> None:
+    """Histograms of the canary statistics (seen, unseen) beside the null N(0, 1) and the claimed μ-GDP's N(μ, 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from scipy.stats import norm
+
+    threats = list(scores)
+    fig, axes = plt.subplots(1, len(threats), figsize=(5.2 * len(threats), 3.6), squeeze=False)
+    mu_claim = result["misconfiguration"]["mu_claimed"]
+    for ax, threat in zip(axes[0], threats):
+        s = scores[threat]
+        low, high = min(s.min(), -4.0), max(s.max(), mu_claim + 4.0)
+        bins = np.linspace(low, high, 50)
+        ax.hist(s[~included], bins=bins, density=True, alpha=0.55, label="canaries not inserted")
+        ax.hist(s[included], bins=bins, density=True, alpha=0.55, label="canaries inserted")
+        x = np.linspace(low, high, 400)
+        ax.plot(x, norm.pdf(x), "k--", lw=1, label="null N(0, 1)")
+        eps = result["epsilon_accountant"].get("opacus_prv") or result["epsilon_accountant"]["gdp_exact"]
+        ax.plot(x, norm.pdf(x, mu_claim), "r-", lw=1.2, label=f"accountant: N(μ={mu_claim:.2f}, 1), ε={eps:.2f}")
+        lb = result["lower_bounds"][threat]
+        ax.set_title(f"{threat}: proved ε ≥ {lb['epsilon_gdp']:.2f}, "
+                     f"estimated {result['estimates'][threat]['epsilon']:.2f}", fontsize=9)
+        ax.set_xlabel("canary statistic (null standard deviations)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
