@@ -92,8 +92,11 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
         reporter(progress)  # an unknown progress mode fails here (one line listing the modes), before any work
     log = log or (lambda *_: None)
     sweep = cfg.sweep_plan()
+    if sweep:  # the headline is the configured deployment: its value is always one of the sweep's points
+        sweep = with_configured(sweep, configured_value(cfg, sweep.knob))
     values = list(sweep.values) if sweep else [None]
     plans = [cfg.resolve(**({sweep.knob: v} if sweep else {})) for v in values]
+    check_combinations(cfg, plans)
     device = _device(cfg.device)
 
     from ..runs.lock import OutLock
@@ -148,7 +151,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     try:
         auditor = Auditor(cfg, spec, model, pool, device, show)
         if cfg.tune:
-            auditor.public = surrogate_clients(cfg, pool, max_samples)
+            auditor.public = surrogate_clients(cfg, pool, max_samples, model_name if is_text else None)
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
@@ -177,13 +180,18 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             show({"stage": "writing the report"})
         result = {"format": FORMAT, "data": spec.name, "model": model_name, "seed": cfg.seed, "quick": cfg.quick,
                   "parameters": n_params, "config": cfg.to_json(),
+                  "model_weights": text_audit.weights_note(model_name) if is_text and not cfg.weights else None,
                   "rule": text_audit.RULE if is_text else report.RULE, "modality": spec.modality,
                   "sweep": sweep.to_json(plans[0].defense if plans[0].defense.active else
                                          next((p.defense for p in plans if p.defense.active), None))
-                  if sweep else None, "points": points,
-                  "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
-                  "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"],
-                  "environment": environment(device)}
+                  if sweep else None, "points": points}
+        configured = configured_value(cfg, sweep.knob) if sweep else None
+        head = values.index(configured) if sweep and configured in values else 0
+        if sweep:
+            result["sweep"]["configured"] = configured
+        result.update({"headline": head, "verdicts": points[head]["verdicts"],
+                       "threat_models": points[head]["threat_models"], "scenarios": points[head]["scenarios"],
+                       "epsilon": points[head]["epsilon"], "environment": environment(device)})
         result["what_to_change"] = report.what_to_change(result)
         if is_text:  # a low verdict where the exact attacks could not decide is no protection
             undecided = [p["value"] for p in points if p["threat_models"]["honest-but-curious"].get("condition_failed")
@@ -202,6 +210,43 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             show.close()
     _log_summary(log, result, out)
     return result
+
+
+def configured_value(cfg: AuditConfig, knob: str):
+    """The value the configured deployment (no sweep) has for ``knob``: the headline of a sweep (issue 27)."""
+    plan = cfg.resolve()
+    first = plan.scenarios[0]
+    if knob == "defense":
+        return float(plan.defense.scale) if plan.defense.active else 0.0
+    if knob == "secagg":
+        return plan.secagg
+    if knob == "lora":
+        return plan.lora
+    if knob == "samples":
+        return first.samples
+    if knob == "batch_size":
+        return first.protocol.batch_size if first.protocol.batch_size is not None else first.samples
+    return {"epochs": first.protocol.epochs, "lr": first.protocol.lr}[knob]
+
+
+def with_configured(sweep, value):
+    """``sweep`` with the configured value among its points (inserted in order when the user left it out)."""
+    if value is None or any(v == value for v in sweep.values):
+        return sweep
+    values = list(sweep.values) + [value]
+    if list(sweep.values) == sorted(sweep.values):
+        values.sort()
+    return type(sweep)(sweep.knob, tuple(values))
+
+
+def check_combinations(cfg: AuditConfig, plans: list) -> None:
+    """Option combinations that cannot run, refused before any work (one line each; issue 27)."""
+    lora = any(p.lora for p in plans)
+    if lora and cfg.malicious:
+        raise FedleakError("--lora with the malicious threat model: the imprint block reads tokens through the "
+                           "embedding table, which a LoRA update does not carry; add --no-malicious")
+    if lora and not text_audit.is_text(cfg.data):
+        raise FedleakError("--lora applies to language models (--data text)")
 
 
 def config_hash(config: dict) -> str:
@@ -284,10 +329,21 @@ def _log_summary(log, result: dict, out: Path) -> None:
     log(f"report: {out / 'report.html'}  metrics: {out / 'metrics.json'}")
 
 
-def surrogate_clients(cfg, pool: list, samples: int) -> list:
-    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool."""
+def surrogate_clients(cfg, pool: list, samples: int, text_model=None) -> list:
+    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool.
+
+    Text (``text_model``: the audited model's name): the sequences after the audited clients', cut with the
+    model's own tokenizer and task (:func:`fedleak.audit.text.prepare`)."""
     from .tuning import check_disjoint
 
+    if text_model is not None:
+        _, more, _, _ = text_audit.prepare(cfg, text_model, len(pool) + cfg.tune_clients, samples)
+        public = [c for c in more[len(pool):] if len(c) >= samples][: cfg.tune_clients]
+        if not public:
+            raise FedleakError(f"--tune: the text has no surrogate client with {samples} sequences beyond the "
+                               f"{len(pool)} audited one(s)")
+        check_disjoint(public, pool)
+        return public
     try:
         _, public = data.load(cfg.data, root=cfg.data_root, num_clients=cfg.tune_clients, samples_per_client=samples,
                               seed=cfg.seed + 1, split="test")

@@ -37,7 +37,7 @@ def _condition(s: dict) -> str:
     held = ex.get("holds", ex.get("held"))
     text = ex.get("condition") or ex.get("reason") or ""
     mark = "" if held is None else ("held: " if held else "failed: ")
-    return f"{mark}{text}"[:160]
+    return f"{mark}{text}"  # whole: a cell is never cut mid-word (the table wraps it)
 
 
 def rows(point: dict) -> list[dict]:

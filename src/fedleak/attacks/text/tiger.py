@@ -60,7 +60,7 @@ class Tiger(Attack):
         gradient = update.pseudo_gradient()
         first, second = probes(model, gradient, {})
         limit = calibrate_widths(model, {}, first, second, vocab_size(model), length, gen)
-        exact = exactness(n * length, limit, first, second)
+        exact = exactness(n * length, limit, first, second, gap_found=first.proper and second.proper)
         for probe in (first, second):  # noise fills the spectrum: the leading N·L directions
             probe.spans = [sp if sp.proper else sp.with_rank(min(n * length, sp.width - 1)) for sp in probe.spans]
         positional = model_type(model) != "llama"
