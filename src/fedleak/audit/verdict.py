@@ -246,7 +246,7 @@ def evidence_sentence(record: dict) -> str:
     if kind == "not-found":
         parts = [f"{n} at {b['iterations']} {b['unit']}" for n, b in record.get("budgets", {}).items()]
         parts += [f"{n} (analytic, no budget)" for n in record.get("analytic_attacks", [])]
-        parts += [f"{n} (exact, precondition failed)" for n, e in record.get("exact_attacks", {}).items()
+        parts += [f"{n} (an exact attack whose precondition failed)" for n, e in record.get("exact_attacks", {}).items()
                   if not e.get("precondition_held_targets")]
         text = "not found: " + (", ".join(parts) if parts else "no attack")
         if record.get("not_tried"):
