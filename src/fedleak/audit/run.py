@@ -200,9 +200,9 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
                 where = (f" at {sweep.label(plans[0].defense)} = {', '.join(f'{v:g}' for v in undecided)}"
                          if sweep else "")
                 result["what_to_change"].append(
-                    f"Caution{where}: the exact text attacks' condition failed (more tokens in the step than the "
-                    f"span limit: layer width or LoRA rank), so they could not decide; a lower verdict there is "
-                    f"no evidence that the text is protected.")
+                    f"Caution{where}: the exact text attacks' precondition failed (too many token inputs for the "
+                    f"span limit — layer width or LoRA rank — or noise filling the span), so they could not decide; "
+                    f"a lower verdict there is no evidence that the text is protected.")
         result["config_hash"] = config_hash(result["config"])
         _write(out, result, examples, log)
     finally:

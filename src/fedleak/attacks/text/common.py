@@ -71,6 +71,10 @@ def simulate(model: nn.Module, update: Update, ids: torch.Tensor, labels: torch.
     return {k: (g if g is not None else torch.zeros_like(v)) for (k, v), g in zip(live.items(), grads)}
 
 
+#: σ/σ₁ below which singular values are float32 rounding, not data (√ε of float32, as :func:`.spans.gap_rank`)
+ROUNDING_FLOOR = math.sqrt(torch.finfo(torch.float32).eps)
+
+
 def exactness(tokens: int, limit: int, first, second, reason_extra: str = "", gap_found: bool = True) -> dict:
     """The exactness condition of span recovery (distinct tokens ≤ layer width / LoRA rank).
 
@@ -87,14 +91,16 @@ def exactness(tokens: int, limit: int, first, second, reason_extra: str = "", ga
     if holds:
         reason = (f"{tokens} token inputs in the step fit the span limit {limit}; gaps found at rank "
                   f"{first.rank} (first) and {second.rank} (second), down to the float32 rounding floor")
-    elif tokens > limit and not proper:
-        reason = (f"{tokens} token inputs exceed the span limit {limit} (layer width or LoRA rank): the gradient "
-                  "has full rank, every candidate lies in its span, no span test can separate tokens")
+    elif not proper and (tokens > limit or floor <= ROUNDING_FLOOR):
+        verb = "exceed" if tokens > limit else "fill"
+        reason = (f"{tokens} token inputs {verb} the span limit {limit} (layer width or LoRA rank): the gradient has "
+                  "full rank, every candidate lies in its span, no span test can separate tokens")
     elif not gap_found or not proper:
         extra["noise_filled"] = True
         reason = (f"noise fills the span: the gradient's singular values never drop to the float32 rounding floor "
-                  f"(σ₁·√ε ≈ {math.sqrt(torch.finfo(torch.float32).eps):.1e}·σ₁) below the span limit {limit} "
-                  f"(smallest σ/σ₁ = {floor:.1e}), so the span holds noise as well as the {tokens} token inputs")
+                  f"(σ₁·√ε ≈ {ROUNDING_FLOOR:.1e}·σ₁) below the span limit {limit} (smallest σ/σ₁ = {floor:.1e}), "
+                  f"so the span holds noise (a defense's, or FedAvg's drift across local steps) as well as the "
+                  f"{tokens} token inputs")
     else:
         reason = (f"{tokens} token inputs may exceed the span limit {limit}; the spans are proper (repeated tokens), "
                   "so the recovery is tried but not certain")
