@@ -141,6 +141,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
 
     if is_text:
         model = model_for(plans[0])
+        if cfg.malicious:  # the imprint's placement (the token embedding) is checked before any attack runs
+            text_audit.imprint_placement(model, spec)
     else:
         model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
         check_fits(model, pool[0].inputs, spec, cfg.model)
@@ -245,8 +247,20 @@ def check_combinations(cfg: AuditConfig, plans: list) -> None:
     if lora and cfg.malicious:
         raise FedleakError("--lora with the malicious threat model: the imprint block reads tokens through the "
                            "embedding table, which a LoRA update does not carry; add --no-malicious")
-    if lora and not text_audit.is_text(cfg.data):
+    text = text_audit.is_text(cfg.data)
+    if lora and not text:
         raise FedleakError("--lora applies to language models (--data text)")
+    from . import threats
+    from .engine import MALICIOUS_NAMES
+
+    text_names = set(threats.TEXT_BUDGETS) | set(threats.TEXT_EXACT_ATTACKS) | set(threats.TEXT_HONEST_ATTACKS["fedsgd"])
+    for name in cfg.attacks or ():
+        if name in MALICIOUS_NAMES:
+            continue
+        if text and name not in text_names:
+            raise FedleakError(f"--attacks {name}: an image attack; a text audit takes {', '.join(sorted(text_names))}")
+        if not text and name in text_names:
+            raise FedleakError(f"--attacks {name}: a text attack; it needs --data text")
 
 
 def config_hash(config: dict) -> str:

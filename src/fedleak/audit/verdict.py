@@ -248,7 +248,7 @@ def evidence_sentence(record: dict) -> str:
         parts += [f"{n} (analytic, no budget)" for n in record.get("analytic_attacks", [])]
         parts += [f"{n} (an exact attack whose precondition failed)" for n, e in record.get("exact_attacks", {}).items()
                   if not e.get("precondition_held_targets")]
-        text = "not found: " + (", ".join(parts) if parts else "no attack")
+        text = "not found at budget " + (", ".join(parts) if parts else "(no attack)")
         if record.get("not_tried"):
             text += "; low requires: " + "; ".join(record["not_tried"])
         return text
