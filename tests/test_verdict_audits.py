@@ -29,7 +29,7 @@ def test_attacks_flag_cannot_leave_out_the_exact_attack(tmp_path):
     assert tm["required_exact"] == ["spear"] and tm["evidence"] == "proved" and tm["verdict"] == "high"
     spear = result["scenarios"]["fedsgd"]["attacks"]["spear"]
     check = spear["verification"]
-    assert check["relative_error"] < check["tolerance"] == 1e-3  # recomputed through the client update
+    assert check["relative_error"] < check["tolerance"] == 1e-3 and "local_training" in check["method"]
     sentence = evidence_sentence(tm)
     assert "proved" in sentence and f"< tolerance {check['tolerance']:g}" in sentence
     assert threats.TITLES["spear"] == "SPEAR"  # the title claims nothing; the evidence does

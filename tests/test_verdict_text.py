@@ -40,6 +40,7 @@ def test_the_text_report_names_the_model_that_ran_and_every_budget(clean):
     page = (out / "report.html").read_text()
     setup = page[page.index('id="setup"'):page.index("</section>", page.index('id="setup"'))]
     assert "Model: gpt2-tiny (untrained: built from its configuration" in setup and "femnist-cnn" not in setup
+    assert result["config"]["model"] == result["model"] == "gpt2-tiny"
     assert "Fine-tuning: full" in setup
     assert "None iterations" not in page and "?×" not in page and "None steps" not in page
     tiger = result["scenarios"]["fedsgd"]["attacks"]["tiger"]

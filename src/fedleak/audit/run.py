@@ -181,7 +181,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         if show is not None:
             show({"stage": "writing the report"})
         result = {"format": FORMAT, "data": spec.name, "model": model_name, "seed": cfg.seed, "quick": cfg.quick,
-                  "parameters": n_params, "config": cfg.to_json(),
+                  "parameters": n_params, "config": {**cfg.to_json(), "model": model_name},  # the model that ran
                   "model_weights": text_audit.weights_note(model_name) if is_text and not cfg.weights else None,
                   "rule": text_audit.RULE if is_text else report.RULE, "modality": spec.modality,
                   "sweep": sweep.to_json(plans[0].defense if plans[0].defense.active else
