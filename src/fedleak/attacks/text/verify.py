@@ -90,7 +90,7 @@ def _labels_from_head(model, update: Update, ids: torch.Tensor, classes: int):
     residual = gradient[name].double() - simulated
     hidden = capture(model, update.server_params, ids, module).double()
     hidden = hidden.reshape(ids.shape[0], -1) if hidden.dim() == 2 else hidden[:, 0]
-    coeff = residual @ torch.linalg.pinv(hidden.T)  # (C, N): column n ≈ (e_0 − e_{y_n}) / N
+    coeff = residual @ torch.linalg.pinv(hidden)  # (C, N): column n ≈ (e_0 − e_{y_n}) / N (hidden: N × d)
     scale = float(coeff.abs().max()) or 1.0
     low, arg = coeff.min(0)
     return torch.where(low < -0.5 * scale, arg, torch.zeros_like(arg)), None
