@@ -38,8 +38,23 @@ TOLERANCE = 1e-3
 IGNORE = -100
 
 
+def _gradient(model: nn.Module, update: Update, ids: torch.Tensor, labels: torch.Tensor) -> dict:
+    """The summed gradient of the client's steps for ``ids`` and ``labels`` (the label-reading solves use it)."""
+    if not hasattr(model, "loss_fn"):  # a bare transformers model (unit tests): its own loss, one step
+        from .common import simulate
+
+        return simulate(model, update, ids, labels)
+    params = {k: v.detach() for k, v in update.server_params.items()}
+    schedule = sequential_schedule(ids.shape[0], update.protocol)
+    return local_training(model, params, ids, labels, schedule, update.protocol.lr, loss_fn=model.loss_fn,
+                          train_mode=False).grad_sum
+
+
 def _recompute(model: nn.Module, update: Update, ids: torch.Tensor, labels: torch.Tensor) -> dict:
     """The update (gradient for FedSGD, θᶜ − θˢ for FedAvg) the client would send for ``ids`` and ``labels``."""
+    if not hasattr(model, "loss_fn"):
+        grads = _gradient(model, update, ids, labels)
+        return grads if update.is_fedsgd else {k: -update.protocol.lr * g for k, g in grads.items()}
     params = {k: v.detach() for k, v in update.server_params.items()}
     schedule = sequential_schedule(ids.shape[0], update.protocol)
     result = local_training(model, params, ids, labels, schedule, update.protocol.lr, loss_fn=model.loss_fn,
@@ -83,13 +98,13 @@ def _labels_from_head(model, update: Update, ids: torch.Tensor, classes: int):
         return None, "the classifier has no gradient in this update (frozen), so the labels are not observable"
     name, module = head
     zeros = torch.zeros(ids.shape[0], dtype=torch.long)
-    params = {k: v.detach() for k, v in update.server_params.items()}
-    schedule = sequential_schedule(ids.shape[0], update.protocol)
-    simulated = local_training(model, params, ids, zeros, schedule, update.protocol.lr, loss_fn=model.loss_fn,
-                               train_mode=False).grad_sum[name].double()
-    residual = gradient[name].double() - simulated
+    residual = gradient[name].double() - _gradient(model, update, ids, zeros)[name].double()
     hidden = capture(model, update.server_params, ids, module).double()
-    hidden = hidden.reshape(ids.shape[0], -1) if hidden.dim() == 2 else hidden[:, 0]
+    if hidden.dim() == 3:  # a decoder's score head sees every position; the logits are read at the last token
+        pad = getattr(base_of(model).config, "pad_token_id", None)
+        real = (ids != pad) if pad is not None else torch.ones_like(ids, dtype=torch.bool)
+        last = (real.long().cumsum(1).argmax(1))
+        hidden = hidden[torch.arange(ids.shape[0]), last]
     coeff = residual @ torch.linalg.pinv(hidden)  # (C, N): column n ≈ (e_0 − e_{y_n}) / N (hidden: N × d)
     scale = float(coeff.abs().max()) or 1.0
     low, arg = coeff.min(0)
@@ -107,11 +122,7 @@ def _labels_after(model, update: Update, ids: torch.Tensor):
     dummy = next(v for v in range(vocab) if v not in used)
 
     def simulate(longer):
-        ignore = torch.full((longer.shape[0],), IGNORE, dtype=torch.long)
-        params = {k: v.detach() for k, v in update.server_params.items()}
-        schedule = sequential_schedule(longer.shape[0], update.protocol)
-        return local_training(model, params, longer, ignore, schedule, update.protocol.lr, loss_fn=model.loss_fn,
-                              train_mode=False).grad_sum
+        return _gradient(model, update, longer, torch.full((longer.shape[0],), IGNORE, dtype=torch.long))
 
     finals, _ = recover_final(model, update.server_params, gradient, ids, simulate, dummy)
     return torch.where(finals == dummy, torch.full_like(finals, IGNORE), finals), None
@@ -130,7 +141,9 @@ def verify(model: nn.Module, update: Update, ids: torch.Tensor, classes: int, to
     if ids.shape[0] != update.num_samples or ids.numel() == 0:
         out["note"] = f"{ids.shape[0]} of {update.num_samples} sequences recovered: nothing complete to recompute"
         return out
-    causal = getattr(model, "task", "causal-lm") == "causal-lm"
+    from .common import task_of
+
+    causal = task_of(model) == "causal-lm"
     read, note = (_labels_after(model, update, ids) if causal else _labels_from_head(model, update, ids, classes))
     plain = torch.full((ids.shape[0],), IGNORE if causal else 0, dtype=torch.long)
     candidates = [c for c in (read, plain) if c is not None]
