@@ -157,7 +157,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
-            runs = attack_runs(cfg, plans)
+            runs = attack_runs(cfg, plans, model)
             show({"stage": f"plan: {runs} attack run(s) ({len(plans)} setting(s) x {cfg.clients} client(s) or "
                   f"aggregate(s)){' with --quick attacks (shortened budgets)' if cfg.quick else ''}; a time estimate "
                   "follows once the first iterations are measured", "plan": {"attacks": runs}})
@@ -290,15 +290,23 @@ def environment(device) -> dict:
                                   "other float rounding changes the optimizations' results"}
 
 
-def attack_runs(cfg: AuditConfig, plans: list) -> int:
-    """How many attacks the audit will run (the engine's choice of attacks per scenario, per target)."""
+def attack_runs(cfg: AuditConfig, plans: list, model=None) -> int:
+    """How many attacks the audit will run (the engine's choice of attacks per scenario, per target), the exact
+    attacks it adds whatever ``--attacks`` says included when ``model`` is given."""
     from . import threats
     from .engine import MALICIOUS_NAMES
 
+    text = text_audit.is_text(cfg.data)
     override = [a for a in (cfg.attacks or ()) if a not in MALICIOUS_NAMES]
-    per_target = sum(len(threats.honest_attacks(s.key, override=override, quick=cfg.quick, iterations=cfg.iterations,
-                                                seed=cfg.seed, text=text_audit.is_text(cfg.data))) if (override or not cfg.attacks) else 0
-                     for plan in plans for s in plan.scenarios)
+    per_target = 0
+    for plan in plans:
+        for s in plan.scenarios:
+            names = [c.name for c in threats.honest_attacks(s.key, override=override, quick=cfg.quick,
+                                                            iterations=cfg.iterations, seed=cfg.seed, text=text)
+                     ] if (override or not cfg.attacks) else []
+            if model is not None:
+                names += [n for n in threats.required_exact(model, s.protocol, s.samples, text=text) if n not in names]
+            per_target += len(names)
     return cfg.clients * (per_target + (len(plans) if cfg.malicious else 0))
 
 
@@ -332,8 +340,12 @@ def _log_summary(log, result: dict, out: Path) -> None:
         if result.get("sweep"):
             log(f"\n{result['sweep']['label']} = {point['value']:g}")
         log("\n" + report.printed_table(point))
+        from .verdict import evidence_sentence
+
         for name, tm in point["threat_models"].items():
             log(report.verdict_sentence(name, tm, quick=bool(result.get("quick"))))
+            if tm.get("evidence"):
+                log(f"  Evidence — {evidence_sentence(tm)}.")
         if "malicious" in point["scenarios"]:
             log(report.imprint_sentence(point["scenarios"]["malicious"]))
         eps = report.epsilon_text(point)
