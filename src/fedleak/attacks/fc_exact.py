@@ -219,6 +219,7 @@ def finish(model: nn.Module, update: Update, spec: DataSpec, layer: str, first: 
         exactness["label_mismatch"] = label_error
         if check is not None:
             exactness["verification"] = check
+        exactness["precondition_held"] = bool(exactness.get("holds"))  # before the recomputation's verdict
         if exactness.get("holds") and (check is None or not check["holds"]):
             exactness["holds"] = False
             exactness["reason"] = (f"{exactness.get('reason', '')}; but the gradient recomputed from the recovered "
