@@ -64,7 +64,7 @@ def verdict_audit() -> str:
         if exact[0]:
             pre = exact[1]["precondition"]
             cond = f"{exact[0]}: {'holds' if pre['holds'] else 'fails'}" + (
-                f" ({_short(pre['reason'], 90)})" if not pre["holds"] else "")
+                f" ({_short(pre['reason'], 1000)})" if not pre["holds"] else "")
             v = exact[1].get("verification")
             if v and v.get("relative_error") is not None:
                 check = f"{v['relative_error']:.1e} ({v['tolerance']:g}): {'matches' if v['holds'] else 'no match'}"
@@ -92,7 +92,7 @@ def mlp_exact() -> str:
         pre = ex.get("precondition") or {}
         rows.append(f"| {r['batch']} | {ex['attack']} | {100 * ex['exact_share']:.1f}% | {'yes' if ex['certain'] else 'no'} "
                     f"| {_fmt(ex['seconds'])} | {_fmt(ig['rec_percent'], 0)} | {_fmt(ig['psnr'])} | {_fmt(ig['seconds'])} | "
-                    f"{'holds' if pre.get('holds') else 'fails'}: {_short(pre.get('reason'), 100)} |")
+                    f"{'holds' if pre.get('holds') else 'fails'}: {_short(pre.get('reason'), 1000)} |")
     foot = (f"\n\n`benchmarks/results/verdict.json` (`bench_verdict.py`, the attacks called directly): {data['date']}, "
             f"{data['threads']} thread, load average {data['load_average'][0]:.1f}, {data['device']}.\n")
     return head + "\n".join(rows) + foot
