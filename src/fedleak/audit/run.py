@@ -219,7 +219,7 @@ def configured_value(cfg: AuditConfig, knob: str):
     plan = cfg.resolve()
     first = plan.scenarios[0]
     if knob == "defense":
-        return float(plan.defense.scale) if plan.defense.active else 0.0
+        return _strength(plan.defense)
     if knob == "secagg":
         return plan.secagg
     if knob == "lora":
@@ -229,6 +229,23 @@ def configured_value(cfg: AuditConfig, knob: str):
     if knob == "batch_size":
         return first.protocol.batch_size if first.protocol.batch_size is not None else first.samples
     return {"epochs": first.protocol.epochs, "lr": first.protocol.lr}[knob]
+
+
+def _strength(defense):
+    """The configured strength of ``defense`` on the ``--sweep defense=`` axis (0 when off): its σ / b / p, or for
+    an update filter the one parameter its ``with_strength`` moves (found by moving it, not by a second map)."""
+    params = getattr(defense, "params", None)
+    if not isinstance(params, dict):  # a per-example defense (its ``active`` says whether it acts at all)
+        return float(defense.scale) if defense.active and defense.kind != "none" else 0.0
+    for probe in (0.37, 3.7):
+        try:
+            moved = defense.with_strength(probe).params
+        except FedleakError:
+            continue
+        keys = [k for k in params if moved.get(k) != params.get(k)]
+        if len(keys) == 1:
+            return float(params[keys[0]])
+    return None
 
 
 def with_configured(sweep, value):
