@@ -18,7 +18,7 @@ from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
 from . import figures
 from . import text_report
 from .threats import HONEST, MALICIOUS
-from .verdict import COLOURS, EVIDENCE_RULE, RULE, evidence_sentence
+from .verdict import BUDGET_FACTOR_FOR_LOW, COLOURS, EVIDENCE_RULE, MIN_TUNE_TRIALS, RULE, evidence_sentence
 
 #: JSON key -> column title
 COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "psnr": "Mean PSNR (dB)", "ssim": "SSIM",
@@ -136,8 +136,10 @@ def what_to_change(result: dict) -> list[str]:
     inconclusive = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "inconclusive"]
     if inconclusive:
         lines.append(f"At {' and '.join(f'{knob} = {v:g}' for v in inconclusive)} no attack succeeded, but only at the "
-                     "audit's budget: that is not found, not low (low requires tuned attacks at ≥ 4× the default "
-                     "budget and every exact attack's precondition failing; raise --iterations).")
+                     "audit's budget: that is not found, not low (low requires every applicable exact attack's "
+                     f"precondition failing and each optimization attack tuned by a search of at least "
+                     f"{MIN_TUNE_TRIALS} trials at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget: "
+                     f"--tune {MIN_TUNE_TRIALS} and a larger --iterations).")
     for p in result["points"]:
         eps = epsilon_text(p)
         if eps and p["threat_models"][HONEST]["verdict"] == "low":
