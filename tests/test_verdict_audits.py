@@ -51,6 +51,14 @@ def test_one_trial_is_not_a_search_and_a_failed_exact_attack_claims_nothing(tmp_
     assert "SPEAR (exact" not in page and "verified)" not in page
 
 
+def test_attacks_flag_cannot_leave_out_the_optimization_attacks_to_earn_low(tmp_path):
+    """--attacks spear alone under noise: SPEAR fails, nothing else ran; that is not low."""
+    result = fedleak.audit(attacks=["spear"], defense=["gaussian:10"], out=tmp_path / "g", **BASE)
+    tm = _honest(result)
+    assert set(result["scenarios"]["fedsgd"]["attacks"]) == {"spear"} and tm["verdict"] == "inconclusive"
+    assert any(t.startswith("inverting-gradients:") and "did not run" in t for t in tm["not_tried"])
+
+
 def test_low_is_reachable_only_through_the_whole_rule(tmp_path, monkeypatch):
     """With a test-sized default budget (5 iterations), a search of 8 trials at 4× it and SPEAR failing under
     noise, the audit says low; the same audit with 7 trials says inconclusive."""

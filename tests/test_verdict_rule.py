@@ -11,8 +11,9 @@ from fedleak.audit.verdict import (BUDGET_FACTOR_FOR_LOW, MIN_TUNE_TRIALS, evide
 
 EXACT_NAMES = ("spear", "analytic-fc", "dager")
 
+OPTIM_NAMES = ("inverting-gradients", "tiger")
 optimization = st.fixed_dictionaries({
-    "kind": st.just("optimization"), "rec_percent": st.sampled_from([0.0, 0.0, 10.0, 50.0]),
+    "kind": st.just("optimization"), "attack": st.sampled_from(OPTIM_NAMES), "rec_percent": st.sampled_from([0.0, 0.0, 10.0, 50.0]),
     "psnr": st.floats(5.0, 40.0), "threshold": st.just(20.0), "iterations": st.integers(1, 10_000),
     "budget_factor": st.sampled_from([None, 0.1, 1.0, 3.99, 4.0, 8.0]), "tuned": st.booleans(),
     "tuning_trials": st.sampled_from([0, 1, MIN_TUNE_TRIALS - 1, MIN_TUNE_TRIALS, 20])})
@@ -26,8 +27,11 @@ attack_sets = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=4), st.on
                               min_size=1, max_size=5)
 
 
-def _conditions_for_low(scores: dict, required) -> bool:
+def _conditions_for_low(scores: dict, required, required_optim=()) -> bool:
     ran = {s["attack"] for s in scores.values() if s["kind"] == "exact"}
+    ran_optim = {s.get("attack") for s in scores.values() if s["kind"] == "optimization"}
+    if not all(n in ran_optim for n in required_optim):
+        return False
     exact_ok = all(n in ran for n in required) and all(
         s["certain_targets"] == 0 and s["precondition_held_targets"] == 0 for s in scores.values() if s["kind"] == "exact")
     optim_ok = all(s["tuned"] and s["tuning_trials"] >= MIN_TUNE_TRIALS and s["budget_factor"] is not None
@@ -36,14 +40,16 @@ def _conditions_for_low(scores: dict, required) -> bool:
 
 
 @settings(max_examples=400, deadline=None)
-@given(attack_sets, st.lists(st.sampled_from(EXACT_NAMES), max_size=2, unique=True))
-def test_low_exactly_when_every_condition_of_the_rule_holds(scores, required):
-    record = judge_evidence(scores, required_exact=required)
+@given(attack_sets, st.lists(st.sampled_from(EXACT_NAMES), max_size=2, unique=True),
+       st.lists(st.sampled_from(OPTIM_NAMES), max_size=2, unique=True))
+def test_low_exactly_when_every_condition_of_the_rule_holds(scores, required, required_optim):
+    record = judge_evidence(scores, required_exact=required, required_optimization=required_optim)
     nothing_found = all(s["rec_percent"] == 0.0 and s["psnr"] < 15.0 for s in scores.values())
-    if record["verdict"] == "low":  # low => nothing found, every exact attack ran and failed, every search real
-        assert nothing_found and _conditions_for_low(scores, required) and record["not_tried"] == []
+    conditions = _conditions_for_low(scores, required, required_optim)
+    if record["verdict"] == "low":  # low => nothing found, every required attack ran, exact failed, searches real
+        assert nothing_found and conditions and record["not_tried"] == []
     if nothing_found and not any(s["kind"] == "exact" and s["certain_targets"] for s in scores.values()):
-        assert record["verdict"] == ("low" if _conditions_for_low(scores, required) else "inconclusive")
+        assert record["verdict"] == ("low" if conditions else "inconclusive")
         assert (record["verdict"] == "inconclusive") == bool(record["not_tried"])
 
 

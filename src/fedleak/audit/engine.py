@@ -147,10 +147,11 @@ class Auditor:
             return text_audit.summarize(per_target, seconds, choice, exactness)
         return _summarize(per_target, seconds, choice)
 
-    def _judge(self, scores: dict, knowledge: Optional[dict] = None, required=()) -> dict:
+    def _judge(self, scores: dict, knowledge: Optional[dict] = None, required=(), optimization=()) -> dict:
         """The verdict and its evidence (:func:`.verdict.judge_evidence`); text is judged by exact sequences."""
         return judge_evidence(scores, knowledge=knowledge, base=text_audit.judge(scores) if self.text else None,
-                              required_exact=list(dict.fromkeys(required)))
+                              required_exact=list(dict.fromkeys(required)),
+                              required_optimization=list(dict.fromkeys(optimization)))
 
     # -- targets -----------------------------------------------------------------------------
     def targets(self, plan: Plan, samples: int) -> list[list[ClientData]]:
@@ -181,7 +182,7 @@ class Auditor:
         override = [a for a in (cfg.attacks or ()) if a not in MALICIOUS_NAMES]
         malicious_override = [a for a in (cfg.attacks or ()) if a in MALICIOUS_NAMES]
         result = PointResult({"scenarios": {}, "threat_models": {}, "epsilon": {}})
-        honest_scores, required_all = {}, {}
+        honest_scores, required_all, optimization_all = {}, {}, {}
         prefix = f"{label}: " if label else ""
         for scenario in plan.scenarios:
             groups = self.targets(plan, scenario.samples)
@@ -195,6 +196,7 @@ class Auditor:
                                                                   seed=cfg.seed, text=self.text)
                                  if c.name not in named]
             required_all.setdefault(scenario.key, required)
+            optimization_all.setdefault(scenario.key, threats.required_optimization(scenario.key, text=self.text))
             tuning_records = self.tune(choices, scenario, plan, prefix) if cfg.tune else {}
             choices = [tuned_choice(c, tuning_records[c.name]) if c.name in tuning_records else c for c in choices]
             entry = {"text": describe(scenario.protocol, scenario.samples, plan.secagg),
@@ -237,7 +239,8 @@ class Auditor:
             result.data["scenarios"][scenario.key] = entry
         result.data["threat_models"][threats.HONEST] = {"description": threats.THREAT_MODELS[threats.HONEST],
                                                         **self._judge(honest_scores, self.knowledge(plan, False),
-                                                                      [n for r in required_all.values() for n in r])}
+                                                                      [n for r in required_all.values() for n in r],
+                                                                      [n for r in optimization_all.values() for n in r])}
         if cfg.malicious:
             mal = self.malicious(plan, malicious_override[0] if malicious_override else None, prefix, result)
             mal["kind"] = threats.kind(mal["attack"])

@@ -175,6 +175,14 @@ def required_exact(model, protocol, samples: int, *, text: bool = False) -> list
     return ["analytic-fc" if samples == 1 else "spear"]
 
 
+def required_optimization(algorithm: str, *, text: bool = False) -> list[str]:
+    """The threat model's default optimization attacks for ``algorithm``: ``low`` needs each to have run (tuned,
+    at ≥ 4× its budget), so ``--attacks`` naming only an exact attack cannot earn ``low`` by leaving them out."""
+    _ensure_loaded()
+    names = TEXT_HONEST_ATTACKS[algorithm] if text else HONEST_ATTACKS[algorithm]
+    return [n for n in names if n in ATTACKS and kind(n) == "optimization"]
+
+
 def _transformer(model) -> bool:
     """Whether DAGER can probe the model (a Hugging Face transformer, possibly with LoRA adapters)."""
     return getattr(model, "hf", None) is not None or hasattr(model, "base") and getattr(model.base, "hf", None) is not None

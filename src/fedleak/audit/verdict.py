@@ -69,9 +69,10 @@ def worst(verdicts) -> str:
 # * ``not-found`` — no attack succeeded at the stated budget.
 #
 # ``low`` needs more than "not found": every exact attack applicable to the model and protocol ran (the audit
-# adds them whatever ``--attacks`` says) and its precondition failed on every target, AND every optimization
-# attack was tuned by a real search (at least :data:`MIN_TUNE_TRIALS` Optuna trials) and run at ≥ 4× its default
-# budget. Otherwise the verdict is ``inconclusive`` and ``not_tried`` says what is missing.
+# adds them whatever ``--attacks`` says) and its precondition failed on every target, AND the threat model's
+# optimization attacks ran (``--attacks`` cannot leave them out to earn ``low``), each tuned by a real search
+# (at least :data:`MIN_TUNE_TRIALS` Optuna trials) and run at ≥ 4× its default budget. Otherwise the verdict is
+# ``inconclusive`` and ``not_tried`` says what is missing.
 
 EVIDENCE = ("proved", "estimated", "not-found")
 #: the kinds of attack the rule distinguishes (``kind`` in each attack's summary)
@@ -86,7 +87,8 @@ EVIDENCE_RULE = (
     "inputs and labels through the client-update function matches the one sent, within the stated tolerance); "
     "estimated when an optimization attack, or an analytic readout not verified against the update, succeeded; "
     "not-found otherwise, with the budget. low only when every exact attack applicable to the model and protocol "
-    "ran and its precondition failed, and every optimization attack was tuned by a search of at least "
+    "ran and its precondition failed, and the threat model's optimization attacks ran, each tuned by a search of "
+    "at least "
     f"{MIN_TUNE_TRIALS} trials and run at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget; otherwise a "
     "not-found result is inconclusive. A verdict is never a statement that a deployment is safe.")
 
@@ -145,7 +147,7 @@ def searched(budget: dict) -> bool:
 
 
 def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, base: Optional[dict] = None,
-                   required_exact=()) -> dict:
+                   required_exact=(), required_optimization=()) -> dict:
     """The verdict and the evidence behind it, from ``{display name: summary}`` of the attacks that ran.
 
     Each summary carries ``attack`` (registry name), ``kind`` (:data:`KINDS`), and per kind: exact —
@@ -153,8 +155,9 @@ def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, bas
     ``precondition`` (``{"holds", "reason"}``), ``verification`` (relative error and tolerance); optimization —
     ``iterations`` (or text ``steps``), ``budget_factor`` (its budget / the default), ``tuned``,
     ``tuning_trials``, ``converged``. ``required_exact``: registry names of the exact attacks applicable to this
-    model and protocol (:func:`fedleak.audit.threats.required_exact`); one that did not run makes ``low``
-    impossible. ``knowledge`` is copied into ``assumptions``; ``base``: the modality's :func:`judge` result.
+    model and protocol (:func:`fedleak.audit.threats.required_exact`); ``required_optimization``: the threat
+    model's default optimization attacks (:func:`fedleak.audit.threats.required_optimization`); one of either
+    that did not run makes ``low`` impossible. ``knowledge`` is copied into ``assumptions``; ``base``: the modality's :func:`judge` result.
     """
     base = base if base is not None else judge(attack_scores)
     exact = {n: s for n, s in attack_scores.items() if kind_of(s) == "exact"}
@@ -174,6 +177,7 @@ def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, bas
                                  "reason": (s.get("precondition") or {}).get("reason"),
                                  "verification": s.get("verification")} for n, s in exact.items()},
            "analytic_attacks": sorted(analytic), "required_exact": list(required_exact),
+           "required_optimization": list(required_optimization),
            "min_tune_trials": MIN_TUNE_TRIALS, "budget_factor_for_low": BUDGET_FACTOR_FOR_LOW, "not_tried": []}
     if base["verdict"] == "not run":
         out["evidence"] = None
@@ -194,6 +198,11 @@ def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, bas
     for name in required_exact:
         if name not in ran:
             out["not_tried"].append(f"{name}: an exact attack applicable to this model and protocol did not run")
+    ran_optim = {s.get("attack") for s in optim.values()}
+    for name in required_optimization:
+        if name not in ran_optim:
+            out["not_tried"].append(f"{name}: the threat model's optimization attack did not run (left out by "
+                                    f"--attacks)")
     for n, s in exact.items():
         if int(s.get("precondition_held_targets") or 0) > 0:
             out["not_tried"].append(f"{n}: its precondition held on {s['precondition_held_targets']} target(s) but "
