@@ -29,9 +29,16 @@ def test_tuning_never_worse_than_the_default_deterministic_and_only_on_surrogate
     choice = choose("inverting-gradients", quick=False, iterations=4, seed=0)
     record = tuning.tune(choice, model, SPEC, Protocol("fedsgd"), public, trials=2, seed=0)
     assert all(any(c is p for p in public) for c in seen) and not any(c is v for c in seen for v in victims)
-    assert record["best_psnr"] >= record["default_psnr"] and len(record["trials"]) == 2  # the default, then one sampled
+    assert len(record["trials"]) == 2  # the default, then one sampled
     assert record["trials"][0]["params"]["budget_multiple"] == 1 and set(record["options"]) <= {
         "lr", "tv", "restarts", "iterations"}
+    # the record tells the truth: rerunning the default and the chosen settings on the surrogate gives its scores
+    # (a maximum over trials that include the default is >= the default by construction; this is not)
+    update = real(model, public[0], Protocol("fedsgd"), seed=0 + 7919)
+    for options, key in ((choice.options, "default_score"), (tuning.tuned_choice(choice, record).options, "best_score")):
+        rec = tuning.build(tuning.AttackChoice(choice.name, options, choice.title)).reconstruct(update, model, SPEC)
+        assert tuning.score(rec, public[0], SPEC, model) == pytest.approx(record[key], abs=1e-9), key
+    assert record["best_score"] == max(t["score"] for t in record["trials"]) == record["best_psnr"]
     again = tuning.tune(choice, model, SPEC, Protocol("fedsgd"), public, trials=2, seed=0)
     assert again["options"] == record["options"] and again["best_psnr"] == record["best_psnr"]
     assert tuning.tuned_choice(choice, record).options["iterations"] in (4, 8, 16)

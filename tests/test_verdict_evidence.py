@@ -7,7 +7,8 @@ from fedleak.audit.verdict import (COLOURS, RULE, converged, evidence_sentence, 
 
 def _optim(rec=0.0, psnr=8.0, factor=1.0, tuned=False, its=1500):
     return {"rec_percent": rec, "psnr": psnr, "threshold": 20.0, "exact": False, "iterations": its,
-            "restarts": 1, "budget_factor": factor, "tuned": tuned, "converged": True}
+            "restarts": 1, "budget_factor": factor, "tuned": tuned, "tuning_trials": 8 if tuned else 0,
+            "converged": True}
 
 
 def _exact(certain=0, targets=1, rec=0.0, psnr=10.0, reason="rank(∇W) = 9 ≠ batch size 8"):

@@ -150,20 +150,37 @@ def _mode_of(model: nn.Module, update: Update):
 
 
 def verify(model: nn.Module, update: Update, layer: str, x: torch.Tensor, labels: torch.Tensor,
-           spec: DataSpec, tolerance: float = TOLERANCE) -> dict:
-    """Recompute the gradient of ``layer`` and every later layer from ``x`` and ``labels``; compare it.
+           spec: DataSpec, tolerance: float = TOLERANCE, images: Optional[torch.Tensor] = None) -> dict:
+    """Recompute the update from the recovered inputs and labels; compare it with the one sent.
 
-    Returns ``{"relative_error", "holds", "parameters"}``: the relative L2 error over those parameters and
-    whether it is below ``tolerance``. (Parameters before the layer depend on the images, not only on the
-    layer's input, and are not compared.)
+    With ``images`` (the first layer attacked: the recovered inputs are the client's images) the whole update
+    is recomputed through the one client-update function (:func:`fedleak.fl.client.local_training`, one step)
+    and every parameter compared. Otherwise (a later layer: its recovered inputs are features) the gradient of
+    ``layer`` and every later layer is recomputed from ``x`` fed to that layer (parameters before it depend on
+    the images, not only on the layer's input, and are not compared).
+
+    Returns ``{"relative_error", "holds", "tolerance", "parameters", "method"}``: the relative L2 error over
+    those parameters and whether it is below ``tolerance``.
     """
-    names = _tail_names(model, layer)
-    params = {k: v.detach().clone().requires_grad_(k in names) for k, v in update.server_params.items()}
-    with torch.enable_grad(), _mode_of(model, update):
-        logits, _ = _forward(model, update, layer, x.to(next(iter(params.values()))), spec, params)
-        loss = cross_entropy(logits, labels.to(logits.device))
-        grads = torch.autograd.grad(loss, [params[k] for k in names], allow_unused=True)
     observed = update.pseudo_gradient()
+    if images is not None:
+        from ..fl.client import local_training, sequential_schedule
+
+        names = list(update.server_params)
+        schedule = sequential_schedule(images.shape[0], update.protocol)
+        result = local_training(model, {k: v.detach() for k, v in update.server_params.items()}, images,
+                                labels.to(images.device), schedule, update.protocol.lr, buffers=update.buffers,
+                                train_mode=update.protocol.train_mode)
+        grads = [result.grad_sum.get(k) for k in names]
+        method = "the whole update recomputed through fedleak.fl.client.local_training"
+    else:
+        names = _tail_names(model, layer)
+        params = {k: v.detach().clone().requires_grad_(k in names) for k, v in update.server_params.items()}
+        with torch.enable_grad(), _mode_of(model, update):
+            logits, _ = _forward(model, update, layer, x.to(next(iter(params.values()))), spec, params)
+            loss = cross_entropy(logits, labels.to(logits.device))
+            grads = torch.autograd.grad(loss, [params[k] for k in names], allow_unused=True)
+        method = f"the gradient of {layer} and every later layer recomputed from the recovered features"
     rec = torch.cat([(g if g is not None else torch.zeros_like(observed[k])).reshape(-1).double()
                      for k, g in zip(names, grads)])
     obs = torch.cat([observed[k].reshape(-1).double() for k in names])
@@ -173,7 +190,7 @@ def verify(model: nn.Module, update: Update, layer: str, x: torch.Tensor, labels
     scale = float(rec @ obs) / max(float(rec @ rec), 1e-300)
     scaled = float((scale * rec - obs).norm()) / den if den > 0 else float("inf")
     return {"relative_error": error, "holds": bool(min(error, scaled) < tolerance), "tolerance": tolerance,
-            "parameters": len(names), "global_scale": scale, "relative_error_after_scale": scaled}
+            "parameters": len(names), "global_scale": scale, "relative_error_after_scale": scaled, "method": method}
 
 
 def output_gradient(grad_w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -196,10 +213,13 @@ def finish(model: nn.Module, update: Update, spec: DataSpec, layer: str, first: 
         if grad_z is None:
             grad_z = output_gradient(fc_gradients(update, layer)[0], x)
         labels, label_error = labels_from_output_gradient(model, update, layer, xs, grad_z, spec)
-        check = verify(model, update, layer, xs, labels, spec, tolerance) if x.shape[0] == update.num_samples else None
+        images = xs.reshape(xs.shape[0], *spec.shape) if first and xs.shape[1] == spec.input_numel else None
+        check = (verify(model, update, layer, xs, labels, spec, tolerance, images=images)
+                 if x.shape[0] == update.num_samples else None)
         exactness["label_mismatch"] = label_error
         if check is not None:
             exactness["verification"] = check
+        exactness["precondition_held"] = bool(exactness.get("holds"))  # before the recomputation's verdict
         if exactness.get("holds") and (check is None or not check["holds"]):
             exactness["holds"] = False
             exactness["reason"] = (f"{exactness.get('reason', '')}; but the gradient recomputed from the recovered "

@@ -37,7 +37,7 @@ from torch import nn
 from ..types import DataSpec, Reconstruction, Update
 from ..types.params import last_linear, weight_and_bias
 from .base import Attack, AttackOptions, register
-from .labels import ROUNDINGS, counts_to_labels, round_counts
+from .labels import ROUNDINGS, counts_to_labels, plausible_counts, round_counts
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,9 @@ class LinearLabelAttack(Attack):
             counts = round_counts(raw, total, o.rounding)
         exactness.update({"residual": residual, "tolerance": o.tolerance, "steps": steps,
                           "posterior_max": float(posteriors.max())})
-        exactness["holds"] = bool(update.is_fedsgd and residual < o.tolerance)
-        exactness["reason"] = (
+        implausible = plausible_counts(raw, total)
+        exactness["holds"] = bool(update.is_fedsgd and residual < o.tolerance and implausible is None)
+        exactness["reason"] = (f"uncertain: {implausible}" if implausible else
             f"the integer counts explain the last layer's gradient (relative residual {residual:.1e} < {o.tolerance:g})"
             if exactness["holds"] else
             (f"relative residual {residual:.1e} ≥ {o.tolerance:g}: the instances of a class do not share one embedding "

@@ -82,23 +82,33 @@ def _summarize(per_target: list[dict], seconds: float, choice) -> dict:
     return out
 
 
-def evidence_fields(choice, extras: list[dict], iterations, tuned: bool = False) -> dict:
-    """Per attack: exact or optimization, certain targets, precondition, budget, convergence (issue 20)."""
-    exact = choice.name in threats.EXACT_ATTACKS or choice.name in threats.TEXT_EXACT_ATTACKS
-    out = {"exact": exact, "labels": extras[0].get("label_strategy") if extras else None}
-    if exact:
+def evidence_fields(choice, extras: list[dict], iterations=None, tuned: bool = False, trials: int = 0) -> dict:
+    """Per attack, what the verdict rule reads (:func:`.verdict.judge_evidence`): its kind, and for an exact
+    attack the targets whose recovery verified against the update and those where its precondition held; for
+    an optimization attack its budget as run (iterations, or a text attack's steps) over the default, whether
+    and how widely it was tuned, and convergence."""
+    kind = threats.kind(choice.name)
+    out = {"kind": kind, "exact": kind == "exact", "labels": extras[0].get("label_strategy") if extras else None}
+    if kind == "exact":
         first = dict(extras[0].get("exactness", {})) if extras else {}
         first.pop("singular_values", None)
+        verifications = [e.get("exactness", {}).get("verification") for e in extras]
         out.update({"certain_targets": sum(1 for e in extras if e.get("certain")),
-                    "precondition": first})
+                    "precondition_held_targets": sum(
+                        1 for e in extras if e.get("certain") or e.get("exactness", {}).get(
+                            "precondition_held", e.get("exactness", {}).get("holds"))),
+                    "precondition": first,
+                    "verification": next((v for v in verifications if v), None)})
         return out
-    standard = threats.BUDGETS.get(threats._family(choice.name), threats.DEFAULT_BUDGET)[0]
-    its = choice.options.get("iterations")
+    if kind == "analytic":
+        return out
+    budget, unit, standard = threats.budget_of(choice)
     flags = [converged(e.get("loss_history")) for e in extras]
     known = [f for f in flags if f is not None]
-    out.update({"iterations": its, "restarts": choice.options.get("restarts", 1),
-                "budget_factor": round(its / standard, 3) if its else None, "tuned": tuned,
-                "converged": (all(known) if known else None)})
+    out.update({"iterations": budget, "budget_unit": unit or "iterations",
+                "restarts": choice.options.get("restarts", 1),
+                "budget_factor": round(budget / standard, 3) if budget and standard else None, "tuned": tuned,
+                "tuning_trials": int(trials), "converged": (all(known) if known else None)})
     return out
 
 
@@ -137,9 +147,11 @@ class Auditor:
             return text_audit.summarize(per_target, seconds, choice, exactness)
         return _summarize(per_target, seconds, choice)
 
-    def _judge(self, scores: dict, knowledge: Optional[dict] = None) -> dict:
+    def _judge(self, scores: dict, knowledge: Optional[dict] = None, required=(), optimization=()) -> dict:
         """The verdict and its evidence (:func:`.verdict.judge_evidence`); text is judged by exact sequences."""
-        return judge_evidence(scores, knowledge=knowledge, base=text_audit.judge(scores) if self.text else None)
+        return judge_evidence(scores, knowledge=knowledge, base=text_audit.judge(scores) if self.text else None,
+                              required_exact=list(dict.fromkeys(required)),
+                              required_optimization=list(dict.fromkeys(optimization)))
 
     # -- targets -----------------------------------------------------------------------------
     def targets(self, plan: Plan, samples: int) -> list[list[ClientData]]:
@@ -170,15 +182,21 @@ class Auditor:
         override = [a for a in (cfg.attacks or ()) if a not in MALICIOUS_NAMES]
         malicious_override = [a for a in (cfg.attacks or ()) if a in MALICIOUS_NAMES]
         result = PointResult({"scenarios": {}, "threat_models": {}, "epsilon": {}})
-        honest_scores = {}
+        honest_scores, required_all, optimization_all = {}, {}, {}
         prefix = f"{label}: " if label else ""
         for scenario in plan.scenarios:
             groups = self.targets(plan, scenario.samples)
             choices = (threats.honest_attacks(scenario.key, override=override, quick=cfg.quick,
                                               iterations=cfg.iterations, seed=cfg.seed, text=self.text)
                        if (override or not cfg.attacks) else [])
-            if not cfg.attacks:
-                choices = choices + threats.exact_attacks(self.model, scenario.protocol, scenario.samples, seed=cfg.seed)
+            # every exact attack applicable here runs, whatever --attacks says (low needs each; issue 27)
+            required = threats.required_exact(self.model, scenario.protocol, scenario.samples, text=self.text)
+            named = {c.name for c in choices}
+            choices = choices + [c for c in threats.exact_attacks(self.model, scenario.protocol, scenario.samples,
+                                                                  seed=cfg.seed, text=self.text)
+                                 if c.name not in named]
+            required_all.setdefault(scenario.key, required)
+            optimization_all.setdefault(scenario.key, threats.required_optimization(scenario.key, text=self.text))
             tuning_records = self.tune(choices, scenario, plan, prefix) if cfg.tune else {}
             choices = [tuned_choice(c, tuning_records[c.name]) if c.name in tuning_records else c for c in choices]
             entry = {"text": describe(scenario.protocol, scenario.samples, plan.secagg),
@@ -209,7 +227,9 @@ class Auditor:
                         first_rec = rec
                         result.examples[(scenario.key, choice.title)] = self._example(rec, truth, scores)
                 summary = self._summarize(per_target, seconds, choice, first_rec)
-                summary.update(evidence_fields(choice, recs, cfg.iterations, tuned=choice.name in tuning_records))
+                record = tuning_records.get(choice.name)
+                summary.update(evidence_fields(choice, recs, cfg.iterations, tuned=record is not None,
+                                               trials=len(record["trials"]) if record else 0))
                 if choice.name in tuning_records:
                     summary["tuning"] = tuning_records[choice.name]
                 entry["attacks"][choice.name] = summary
@@ -218,9 +238,12 @@ class Auditor:
                 result.data["epsilon"][scenario.key] = self.epsilon(plan, scenario)
             result.data["scenarios"][scenario.key] = entry
         result.data["threat_models"][threats.HONEST] = {"description": threats.THREAT_MODELS[threats.HONEST],
-                                                        **self._judge(honest_scores, self.knowledge(plan, False))}
+                                                        **self._judge(honest_scores, self.knowledge(plan, False),
+                                                                      [n for r in required_all.values() for n in r],
+                                                                      [n for r in optimization_all.values() for n in r])}
         if cfg.malicious:
             mal = self.malicious(plan, malicious_override[0] if malicious_override else None, prefix, result)
+            mal["kind"] = threats.kind(mal["attack"])
             result.data["scenarios"]["malicious"] = mal
             result.data["threat_models"][threats.MALICIOUS] = {
                 "description": threats.THREAT_MODELS[threats.MALICIOUS],
@@ -234,7 +257,7 @@ class Auditor:
         public = [c.subset(scenario.samples).to(self.device) for c in getattr(self, "public", [])]
         records = {}
         for choice in choices:
-            if choice.name in threats.EXACT_ATTACKS:
+            if threats.kind(choice.name) != "optimization":
                 continue
             records[choice.name] = tune(choice, self.model, self.spec, scenario.protocol, public,
                                         trials=self.config.tune, seed=self.config.seed, defense=plan.defense,

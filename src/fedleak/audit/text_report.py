@@ -37,7 +37,7 @@ def _condition(s: dict) -> str:
     held = ex.get("holds", ex.get("held"))
     text = ex.get("condition") or ex.get("reason") or ""
     mark = "" if held is None else ("held: " if held else "failed: ")
-    return f"{mark}{text}"[:160]
+    return f"{mark}{text}"  # whole: a cell is never cut mid-word (the table wraps it)
 
 
 def rows(point: dict) -> list[dict]:
@@ -158,7 +158,7 @@ def leakage_curve(knob_label: str, values: list, exact: dict, rouge: dict, faile
             if bad:
                 axis.axvspan(i - 0.4, i + 0.4, color="#59636e", alpha=0.12, linewidth=0)
     if failed and any(failed):
-        top.text(0.99, 0.02, "grey: exactness condition fails (tokens > span limit)", transform=top.transAxes,
+        top.text(0.99, 0.02, "grey: the exact attacks' precondition fails (span full or noise-filled)", transform=top.transAxes,
                  ha="right", va="bottom", fontsize=7, color="#59636e")
     top.set_title(f"Text leakage vs {knob_label}", fontsize=10)
     return _figure_to_image(fig)

@@ -99,7 +99,7 @@ def build(choice: AttackChoice):
 TEXT_HONEST_ATTACKS = {"fedsgd": ("dager", "tiger"), "fedavg": ("dager", "tiger")}
 #: (standard, quick) optimization steps of the continuous text attacks
 TEXT_BUDGETS = {"tiger": (200, 50), "tag": (100, 30)}
-TITLES.update({"dager": "DAGER (exact span-based recovery)", "tiger": "TIGER (continuous span-based recovery)",
+TITLES.update({"dager": "DAGER (span-based recovery)", "tiger": "TIGER (continuous span-based recovery)",
                "tag": "TAG (gradient matching on relaxed tokens)"})
 
 
@@ -115,16 +115,36 @@ def text_attacks(algorithm: str) -> list[str]:
     return names
 
 
-# -- exact attacks (issue 20) -----------------------------------------------------------------
+# -- exact attacks (issues 20, 27) ---------------------------------------------------------------
 #: exact attacks the audit adds by itself where their precondition can hold
 EXACT_ATTACKS = ("analytic-fc", "spear")
-#: text attacks whose recoveries are verified against the gradient spans (certain when their precondition holds)
+#: text attacks whose recoveries are verified by recomputing the update (certain when they verify)
 TEXT_EXACT_ATTACKS = ("dager",)
-TITLES.update({"spear": "SPEAR (exact, verified)", "analytic-fc": "row/bias ratio (exact, verified)"})
+#: titles name the method only: whether a result is exact or verified is said by its evidence, never by a title
+TITLES.update({"spear": "SPEAR", "analytic-fc": "row/bias ratio (Phong et al.)"})
+
+
+def kind(name: str) -> str:
+    """``exact`` (recovery verified by recomputing the update), ``optimization`` (it has an iteration or step
+    budget) or ``analytic`` (a closed-form readout, e.g. an imprint block, scored but not verified)."""
+    if name in EXACT_ATTACKS or name in TEXT_EXACT_ATTACKS:
+        return "exact"
+    if _accepts(name, "iterations") or _accepts(name, "steps"):
+        return "optimization"
+    return "analytic"
+
+
+def budget_of(choice: AttackChoice) -> tuple:
+    """``(budget, unit, default budget)`` of an optimization attack as it runs (``None``s otherwise)."""
+    if choice.name in TEXT_BUDGETS and "steps" in choice.options:
+        return choice.options["steps"], "steps", TEXT_BUDGETS[choice.name][0]
+    if "iterations" in choice.options:
+        return choice.options["iterations"], "iterations", BUDGETS.get(_family(choice.name), DEFAULT_BUDGET)[0]
+    return None, None, None
 
 
 def exact_applicable(model, protocol, samples: int) -> Optional[str]:
-    """Why no exact attack applies (``None`` when one can): the first layer must be linear with a bias
+    """Why no exact image attack applies (``None`` when one can): the first layer must be linear with a bias
     (``--model mlp``) and the update one gradient step (FedSGD, or FedAvg with a single step)."""
     from torch import nn
 
@@ -139,8 +159,36 @@ def exact_applicable(model, protocol, samples: int) -> Optional[str]:
     return None
 
 
-def exact_attacks(model, protocol, samples: int, *, seed: int = 0) -> list[AttackChoice]:
-    """The exact attack that fits: the row/bias ratio for one sample, SPEAR for a batch (none if inapplicable)."""
+def required_exact(model, protocol, samples: int, *, text: bool = False) -> list[str]:
+    """The exact attacks applicable to this model and protocol: the audit runs them whatever ``--attacks`` says,
+    and ``low`` needs each to have run (:func:`fedleak.audit.verdict.judge_evidence`).
+
+    Images: the row/bias ratio for one sample, SPEAR for a batch, when the first layer is linear with a bias and
+    the update is one gradient step. Text: DAGER for every registered transformer (its precondition, the span
+    test, is decided per update and reported).
+    """
+    _ensure_loaded()
+    if text:
+        return [n for n in TEXT_EXACT_ATTACKS if n in ATTACKS and _transformer(model)]
     if exact_applicable(model, protocol, samples) is not None:
         return []
-    return [choose("analytic-fc" if samples == 1 else "spear", quick=False, iterations=None, seed=seed)]
+    return ["analytic-fc" if samples == 1 else "spear"]
+
+
+def required_optimization(algorithm: str, *, text: bool = False) -> list[str]:
+    """The threat model's default optimization attacks for ``algorithm``: ``low`` needs each to have run (tuned,
+    at ≥ 4× its budget), so ``--attacks`` naming only an exact attack cannot earn ``low`` by leaving them out."""
+    _ensure_loaded()
+    names = TEXT_HONEST_ATTACKS[algorithm] if text else HONEST_ATTACKS[algorithm]
+    return [n for n in names if n in ATTACKS and kind(n) == "optimization"]
+
+
+def _transformer(model) -> bool:
+    """Whether DAGER can probe the model (a Hugging Face transformer, possibly with LoRA adapters)."""
+    return getattr(model, "hf", None) is not None or hasattr(model, "base") and getattr(model.base, "hf", None) is not None
+
+
+def exact_attacks(model, protocol, samples: int, *, seed: int = 0, text: bool = False) -> list[AttackChoice]:
+    """The exact attacks of :func:`required_exact`, with the audit's options."""
+    return [choose(n, quick=False, iterations=None, seed=seed)
+            for n in required_exact(model, protocol, samples, text=text)]

@@ -1,11 +1,15 @@
 """Automatic attack tuning, as a real attacker would do it: Optuna on clients the server simulates.
 
 Before attacking, the server tunes each optimization attack's hyperparameters — learning rate, the TV prior's
-weight, restarts and the iteration budget (1×, 2× or 4× the audit's) — on **surrogate clients** it simulates
-from public data (a disjoint split of the dataset: the other split, e.g. the test images when the victims hold
-training images), with the same model, protocol and defense as the deployment. Each trial runs the attack on
-the simulated clients' updates and scores it by the mean PSNR against the surrogate images (the attacker knows
-them: they are its own). The best trial's settings are then used against the victims.
+weight, restarts and the budget (iterations, or a text attack's steps: 1×, 2× or 4× the audit's) — on
+**surrogate clients** it simulates from public data (a disjoint split of the dataset: the other split, e.g. the
+test images when the victims hold training images), with the same model, protocol and defense as the
+deployment. Each trial runs the attack on the simulated clients' updates and scores it against the surrogate
+data (the attacker knows it: it is its own): images by the mean PSNR, text by the share of sequences recovered
+exactly plus the mean ROUGE-1 (:func:`score`). The best trial's settings are then used against the victims.
+
+A search counts towards a ``low`` verdict only with at least
+:data:`fedleak.audit.verdict.MIN_TUNE_TRIALS` trials (the default settings are trial 0).
 
 **The victim's data never reaches the tuner, by construction**: :func:`tune` takes only the surrogate
 clients, and :func:`check_disjoint` (called by the audit before tuning) fails if any surrogate image equals a
@@ -51,16 +55,34 @@ def check_disjoint(public: list[ClientData], victims: list[ClientData]) -> None:
 
 
 def search_space(name: str) -> list[str]:
-    """The options of ``name`` the tuner searches (``lr``, ``tv``, ``restarts``, ``iterations``)."""
+    """The options of ``name`` the tuner searches (``lr``, ``tv``, ``restarts``, ``iterations`` or ``steps``)."""
     have = _options_of(name)
-    return [k for k in (*LOG_RANGES, "restarts", "iterations") if k in have]
+    return [k for k in (*LOG_RANGES, "restarts", "iterations", "steps") if k in have]
+
+
+def score(rec, truth: ClientData, spec: DataSpec, model) -> float:
+    """A trial's score on one surrogate client: images, the mean PSNR (dB); text, the share of sequences
+    recovered exactly (× 100) plus the mean ROUGE-1 — exact recoveries first, ROUGE-1 breaking ties."""
+    if getattr(spec, "modality", "image") == "text":
+        tokenizer = getattr(model, "tokenizer", None) or getattr(getattr(model, "base", None), "tokenizer", None)
+        scores = metrics.evaluate(rec, truth, spec, tokenizer=tokenizer)
+        return 100.0 * float(scores["exact_sequences"] or 0.0) + float(scores["rouge1"] or 0.0)
+    return float(metrics.evaluate(rec, truth, spec)["psnr"])
+
+
+def metric_name(spec: DataSpec) -> str:
+    """What :func:`score` measures, for the record and the report."""
+    if getattr(spec, "modality", "image") == "text":
+        return "100 × exact-sequence share + mean ROUGE-1"
+    return "mean PSNR (dB)"
 
 
 def tune(choice: AttackChoice, model, spec: DataSpec, protocol, public: list[ClientData], *, trials: int,
          seed: int = 0, defense=None, progress: Optional[Callable[[str], None]] = None) -> dict:
     """Tune ``choice`` with ``trials`` Optuna trials on ``public`` surrogate clients; returns the record.
 
-    ``{"options": best options, "default_psnr", "best_psnr", "trials": [...], "seconds", "space", "clients"}``.
+    ``{"options": best options, "metric", "default_score", "best_score", "trials": [...], "seconds", "space",
+    "clients"}`` (images: also ``default_psnr`` / ``best_psnr``, the same numbers).
     The default options are always trial 0 (enqueued, one of the ``trials``), so the chosen settings are never
     worse than the default on the surrogate clients.
     """
@@ -75,22 +97,24 @@ def tune(choice: AttackChoice, model, spec: DataSpec, protocol, public: list[Cli
     updates = [(client_update(model, c, protocol, seed=seed + 7919 + i, defense=defense), c)
                for i, c in enumerate(public)]
     space = search_space(choice.name)
-    base_iterations = int(choice.options.get("iterations") or 0)
+    budget_key = "steps" if "steps" in space and "steps" in choice.options else "iterations"
+    space = [k for k in space if k not in ("iterations", "steps") or k == budget_key]
+    base_iterations = int(choice.options.get(budget_key) or 0)
     defaults = {k: choice.options[k] for k in space if k in choice.options}
     for key in space:
         if key not in defaults:
             default = getattr(ATTACKS[choice.name].cls.Options, key, None)
             if isinstance(default, (int, float)) and not isinstance(default, bool):
                 defaults[key] = default
-    if "iterations" in space and base_iterations:
-        defaults["iterations"] = base_iterations
+    if budget_key in space and base_iterations:
+        defaults[budget_key] = base_iterations
 
     def evaluate(options: dict) -> float:
         trial_choice = AttackChoice(choice.name, {**choice.options, **options}, choice.title)
         scores = []
         for update, truth in updates:
             rec = build(trial_choice).reconstruct(update, model, spec)
-            scores.append(metrics.evaluate(rec, truth, spec)["psnr"])
+            scores.append(score(rec, truth, spec, model))
         return float(sum(scores) / len(scores))
 
     def objective(trial) -> float:
@@ -100,8 +124,8 @@ def tune(choice: AttackChoice, model, spec: DataSpec, protocol, public: list[Cli
                 options[key] = trial.suggest_float(key, low, high, log=True)
         if "restarts" in space:
             options["restarts"] = trial.suggest_categorical("restarts", RESTARTS)
-        if "iterations" in space and base_iterations:
-            options["iterations"] = base_iterations * trial.suggest_categorical("budget_multiple", BUDGET_MULTIPLES)
+        if budget_key in space and base_iterations:
+            options[budget_key] = base_iterations * trial.suggest_categorical("budget_multiple", BUDGET_MULTIPLES)
         return evaluate(options)
 
     start = time.perf_counter()
@@ -110,23 +134,26 @@ def tune(choice: AttackChoice, model, spec: DataSpec, protocol, public: list[Cli
     first = {k: v for k, v in defaults.items() if k in LOG_RANGES and v}
     if "restarts" in space:
         first["restarts"] = int(defaults.get("restarts", 1)) if int(defaults.get("restarts", 1)) in RESTARTS else 1
-    if "iterations" in space and base_iterations:
+    if budget_key in space and base_iterations:
         first["budget_multiple"] = 1
     study.enqueue_trial(first)
     for index in range(trials):  # the enqueued default is the first
         study.optimize(objective, n_trials=1)
         if progress is not None:
-            progress(f"tuning {choice.title}: trial {index + 1}/{trials}, best PSNR {study.best_value:.2f} dB")
+            progress(f"tuning {choice.title}: trial {index + 1}/{trials}, best {metric_name(spec)} "
+                     f"{study.best_value:.2f}")
     best = dict(study.best_params)
     if "budget_multiple" in best:
-        best["iterations"] = base_iterations * best.pop("budget_multiple")
+        best[budget_key] = base_iterations * best.pop("budget_multiple")
     record = {
         "attack": choice.name, "options": best, "space": space, "clients": len(public),
-        "surrogate": [c.client_id for c in public],
-        "default_psnr": study.trials[0].value, "best_psnr": study.best_value,
-        "trials": [{"number": t.number, "params": t.params, "psnr": t.value} for t in study.trials],
+        "surrogate": [c.client_id for c in public], "metric": metric_name(spec),
+        "default_score": study.trials[0].value, "best_score": study.best_value,
+        "trials": [{"number": t.number, "params": t.params, "score": t.value} for t in study.trials],
         "seconds": time.perf_counter() - start, "sampler": f"TPE(seed={seed})",
     }
+    if getattr(spec, "modality", "image") != "text":
+        record.update({"default_psnr": record["default_score"], "best_psnr": record["best_score"]})
     return record
 
 

@@ -58,27 +58,39 @@ def worst(verdicts) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# Evidence (issue 20): what kind of result backs each threat model's verdict.
+# Evidence (issues 20 and 27): what kind of result backs each threat model's verdict, decided by ONE function
+# (:func:`judge_evidence`) from what actually ran.
 #
-# * ``proved``    — an exact attack (SPEAR, the row/bias ratio) whose precondition held: its recoveries were
-#                   verified by recomputing the update from them, so they are certain, not estimated;
-# * ``estimated`` — an optimization attack reconstructed images recognizably or partially (Rec% / PSNR);
+# * ``proved``    — an exact attack's recovery was verified: the update recomputed from the recovered inputs
+#                   (and labels) through the one client-update function (:mod:`fedleak.fl.client`) matches the
+#                   update that was sent, within the tolerance stated beside it (``verification``);
+# * ``estimated`` — an optimization attack, or an analytic readout not verified against the update, reconstructed
+#                   data recognizably or partially (Rec% / PSNR, exact share / ROUGE);
 # * ``not-found`` — no attack succeeded at the stated budget.
 #
-# ``low`` needs more than "not found": every exact attack's precondition must have failed (or no exact
-# attack applies) AND every optimization attack must have been tuned and run at ≥ 4× its default budget.
-# Otherwise the verdict is ``inconclusive`` and the evidence lists what was not tried.
+# ``low`` needs more than "not found": every exact attack applicable to the model and protocol ran (the audit
+# adds them whatever ``--attacks`` says) and its precondition failed on every target, AND the threat model's
+# optimization attacks ran (``--attacks`` cannot leave them out to earn ``low``), each tuned by a real search
+# (at least :data:`MIN_TUNE_TRIALS` Optuna trials) and run at ≥ 4× its default budget. Otherwise the verdict is
+# ``inconclusive`` and ``not_tried`` says what is missing.
 
 EVIDENCE = ("proved", "estimated", "not-found")
+#: the kinds of attack the rule distinguishes (``kind`` in each attack's summary)
+KINDS = ("exact", "analytic", "optimization")
 BUDGET_FACTOR_FOR_LOW = 4.0
+#: the fewest Optuna trials that count as a search (the default settings are trial 0; one trial is no search)
+MIN_TUNE_TRIALS = 8
 RANKED = ("low", "inconclusive", "medium", "high")
 COLOURS["inconclusive"] = "#6941c6"
 EVIDENCE_RULE = (
-    "evidence: proved when an exact attack's precondition held and its recovery was verified (the update "
-    "recomputed from the recovered inputs and labels matches the one sent); estimated when an optimization "
-    "attack succeeded; not-found otherwise, with the budget. low only when every exact attack's precondition "
-    f"fails and every optimization attack was tuned and run at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget; "
-    "otherwise a not-found result is inconclusive. A verdict is never a statement that a deployment is safe.")
+    "evidence: proved when an exact attack's recovery was verified (the update recomputed from the recovered "
+    "inputs and labels through the client-update function matches the one sent, within the stated tolerance); "
+    "estimated when an optimization attack, or an analytic readout not verified against the update, succeeded; "
+    "not-found otherwise, with the budget. low only when every exact attack applicable to the model and protocol "
+    "ran and its precondition failed, and the threat model's optimization attacks ran, each tuned by a search of "
+    "at least "
+    f"{MIN_TUNE_TRIALS} trials and run at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget; otherwise a "
+    "not-found result is inconclusive. A verdict is never a statement that a deployment is safe.")
 
 #: the threat models A–H of the SoK of Carletti et al. (USENIX Security 2025, "SoK: Gradient Inversion Attacks in
 #: Federated Learning", Table of threat models): cumulative knowledge of an eavesdropping server — A model updates;
@@ -118,63 +130,134 @@ def converged(losses, window: float = 0.25, rel: float = 0.01) -> "Optional[bool
     return bool(drop <= rel * max(abs(tail[0]), 1e-12))
 
 
-def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, base: Optional[dict] = None) -> dict:
-    """:func:`judge` plus the evidence behind it, from ``{display name: summary}``.
+def kind_of(summary: dict) -> str:
+    """An attack summary's kind (:data:`KINDS`): its ``kind``, else ``exact`` from the older flag, else by budget."""
+    kind = summary.get("kind")
+    if kind in KINDS:
+        return kind
+    if summary.get("exact"):
+        return "exact"
+    return "optimization" if summary.get("iterations") is not None or summary.get("budget_factor") is not None \
+        else "analytic"
 
-    Each summary may carry ``exact`` (an exact attack), ``certain_targets`` / ``targets``, ``precondition``
-    (``{"holds", "reason"}``), ``budget_factor`` (iterations / default), ``tuned``, ``converged`` and
-    ``iterations``. ``knowledge`` (labels known or inferred, BatchNorm mode, SoK letter) is copied into
-    ``assumptions``. ``base``: the modality's own :func:`judge` result (text: exact sequences), if not images'.
+
+def searched(budget: dict) -> bool:
+    """A real search: tuned with at least :data:`MIN_TUNE_TRIALS` trials."""
+    return bool(budget.get("tuned")) and int(budget.get("tuning_trials") or 0) >= MIN_TUNE_TRIALS
+
+
+def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, base: Optional[dict] = None,
+                   required_exact=(), required_optimization=()) -> dict:
+    """The verdict and the evidence behind it, from ``{display name: summary}`` of the attacks that ran.
+
+    Each summary carries ``attack`` (registry name), ``kind`` (:data:`KINDS`), and per kind: exact —
+    ``certain_targets`` (targets whose recovery verified), ``precondition_held_targets``, ``targets``,
+    ``precondition`` (``{"holds", "reason"}``), ``verification`` (relative error and tolerance); optimization —
+    ``iterations`` (or text ``steps``), ``budget_factor`` (its budget / the default), ``tuned``,
+    ``tuning_trials``, ``converged``. ``required_exact``: registry names of the exact attacks applicable to this
+    model and protocol (:func:`fedleak.audit.threats.required_exact`); ``required_optimization``: the threat
+    model's default optimization attacks (:func:`fedleak.audit.threats.required_optimization`); one of either
+    that did not run makes ``low`` impossible. ``knowledge`` is copied into ``assumptions``; ``base``: the modality's :func:`judge` result.
     """
     base = base if base is not None else judge(attack_scores)
-    exact = {n: s for n, s in attack_scores.items() if s.get("exact")}
-    optim = {n: s for n, s in attack_scores.items() if not s.get("exact") and s.get("rec_percent") is not None}
-    proved = {n: s for n, s in exact.items() if s.get("certain_targets")}
-    budgets = {n: {"iterations": s.get("iterations"), "restarts": s.get("restarts"),
-                   "budget_factor": s.get("budget_factor"), "tuned": bool(s.get("tuned")),
-                   "converged": s.get("converged")} for n, s in optim.items()}
+    exact = {n: s for n, s in attack_scores.items() if kind_of(s) == "exact"}
+    optim = {n: s for n, s in attack_scores.items() if kind_of(s) == "optimization" and s.get("rec_percent") is not None}
+    analytic = {n: s for n, s in attack_scores.items() if kind_of(s) == "analytic"}
+    proved = {n: s for n, s in exact.items() if (s.get("certain_targets") or 0) > 0}
+    budgets = {n: {"iterations": s.get("iterations"), "unit": s.get("budget_unit", "iterations"),
+                   "restarts": s.get("restarts"), "budget_factor": s.get("budget_factor"), "tuned": bool(s.get("tuned")),
+                   "tuning_trials": int(s.get("tuning_trials") or 0), "converged": s.get("converged")}
+               for n, s in optim.items()}
     out = {**base, "assumptions": dict(knowledge or {}), "budgets": budgets,
-           "exact_attacks": {n: {"precondition_held": bool(s.get("certain_targets")),
+           "exact_attacks": {n: {"attack": s.get("attack"), "precondition_held": bool(s.get("precondition_held_targets",
+                                                                          s.get("certain_targets"))),
+                                 "precondition_held_targets": s.get("precondition_held_targets",
+                                                                    s.get("certain_targets", 0)),
                                  "certain_targets": s.get("certain_targets", 0), "targets": s.get("targets"),
-                                 "reason": (s.get("precondition") or {}).get("reason")} for n, s in exact.items()},
-           "not_tried": []}
+                                 "reason": (s.get("precondition") or {}).get("reason"),
+                                 "verification": s.get("verification")} for n, s in exact.items()},
+           "analytic_attacks": sorted(analytic), "required_exact": list(required_exact),
+           "required_optimization": list(required_optimization),
+           "min_tune_trials": MIN_TUNE_TRIALS, "budget_factor_for_low": BUDGET_FACTOR_FOR_LOW, "not_tried": []}
     if base["verdict"] == "not run":
         out["evidence"] = None
         return out
+    strongest = attack_scores.get(base.get("strongest")) or {}
+    out["strongest_kind"] = kind_of(strongest) if strongest else None
     if proved:
         name = max(proved, key=lambda n: proved[n]["certain_targets"])
         out.update({"evidence": "proved", "proved_by": name})
-        if base["verdict"] in ("low",):
-            out["verdict"] = "medium"  # a certain recovery of some target is never low leakage
+        if base["verdict"] == "low":
+            out["verdict"] = "medium"  # a verified recovery of some target is never low leakage
         return out
     if base["verdict"] in ("high", "medium"):
         out["evidence"] = "estimated"
         return out
     out["evidence"] = "not-found"
+    ran = {s.get("attack") for s in exact.values()}
+    for name in required_exact:
+        if name not in ran:
+            out["not_tried"].append(f"{name}: an exact attack applicable to this model and protocol did not run")
+    ran_optim = {s.get("attack") for s in optim.values()}
+    for name in required_optimization:
+        if name not in ran_optim:
+            out["not_tried"].append(f"{name}: the threat model's optimization attack did not run (left out by "
+                                    f"--attacks)")
+    for n, s in exact.items():
+        if int(s.get("precondition_held_targets") or 0) > 0:
+            out["not_tried"].append(f"{n}: its precondition held on {s['precondition_held_targets']} target(s) but "
+                                    f"the recovery did not verify against the update")
     for n, b in budgets.items():
-        if not b["tuned"]:
-            out["not_tried"].append(f"{n}: not tuned (run with --tune)")
-        if (b["budget_factor"] or 0.0) < BUDGET_FACTOR_FOR_LOW:
-            factor = b["budget_factor"]
-            out["not_tried"].append(f"{n}: run at {factor if factor is not None else '?'}× the default budget, "
-                                    f"low requires ≥ {BUDGET_FACTOR_FOR_LOW:.0f}×")
+        if not searched(b):
+            out["not_tried"].append(f"{n}: tuned with {b['tuning_trials']} trial(s), low requires a search of at "
+                                    f"least {MIN_TUNE_TRIALS} (--tune {MIN_TUNE_TRIALS})")
+        factor = b["budget_factor"]
+        if factor is None or factor < BUDGET_FACTOR_FOR_LOW:
+            shown = "an unknown multiple of" if factor is None else f"{factor:g}×"
+            out["not_tried"].append(f"{n}: run at {shown} the default budget, low requires ≥ "
+                                    f"{BUDGET_FACTOR_FOR_LOW:.0f}×")
     if out["not_tried"]:
         out["verdict"] = "inconclusive"
     return out
 
 
+def _verification_text(v) -> str:
+    if not isinstance(v, dict) or v.get("relative_error") is None:
+        return ""
+    error = min(v["relative_error"], v.get("relative_error_after_scale", v["relative_error"]))
+    return f" (relative error {error:.1e} < tolerance {v.get('tolerance', 0):g})"
+
+
 def evidence_sentence(record: dict) -> str:
-    """One line for the report: the verdict's evidence, budget and what was not tried (never "safe")."""
+    """One line for the report: the verdict's evidence, budget and what was not tried (never "safe").
+
+    Every word about proof, exactness or optimization is derived from the record: ``proved`` only from a
+    verified recovery, "optimization" only for an optimization attack, "no optimization" for an analytic one.
+    """
     kind = record.get("evidence")
     if kind == "proved":
         ex = record["exact_attacks"][record["proved_by"]]
-        return (f"proved: {record['proved_by']} recovered {ex['certain_targets']} of {ex['targets']} target(s) "
-                f"exactly and verified them against the update")
+        return (f"proved: {record['proved_by']} recovered {ex['certain_targets']} of {ex['targets']} target(s); the "
+                f"update recomputed from the recovered inputs and labels through the client-update function matches "
+                f"the one sent{_verification_text(ex.get('verification'))}")
     if kind == "estimated":
-        return f"estimated: {record.get('strongest')} at its stated budget (optimization, not a proof)"
+        strongest = record.get("strongest")
+        b = record.get("budgets", {}).get(strongest)
+        if record.get("strongest_kind") == "optimization" and b:
+            factor = f", {b['budget_factor']:g}× the default budget" if b.get("budget_factor") is not None else ""
+            return (f"estimated: {strongest} at {b['iterations']} {b['unit']}{factor} "
+                    f"(an optimization, not a proof)")
+        if record.get("strongest_kind") == "exact":
+            return (f"estimated: {strongest}'s recovery was scored against the data but did not verify against the "
+                    f"update (not a proof)")
+        return (f"estimated: {strongest}, an analytic readout with no optimization, scored against the data; not "
+                f"verified by recomputing the update (not a proof)")
     if kind == "not-found":
-        parts = [f"{n} at {b['iterations']} iterations" for n, b in record.get("budgets", {}).items()]
-        text = "not found at budget " + (", ".join(parts) if parts else "(no optimization attack)")
+        parts = [f"{n} at {b['iterations']} {b['unit']}" for n, b in record.get("budgets", {}).items()]
+        parts += [f"{n} (analytic, no budget)" for n in record.get("analytic_attacks", [])]
+        parts += [f"{n} (an exact attack whose precondition failed)" for n, e in record.get("exact_attacks", {}).items()
+                  if not e.get("precondition_held_targets")]
+        text = "not found at budget " + (", ".join(parts) if parts else "(no attack)")
         if record.get("not_tried"):
             text += "; low requires: " + "; ".join(record["not_tried"])
         return text

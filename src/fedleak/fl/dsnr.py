@@ -9,8 +9,10 @@ this on the client's own batch B with per-example gradients:
 (as we apply it: W ranges over the weight tensors — parameters with ≥ 2 dimensions — and L is the
 client's training loss). D-SNR > 1 means one example's gradient outweighs all the others' together
 in some layer; an honest model on a batch of B examples spreads each layer's gradient over the
-batch and stays far below (the threshold 1 and its margin on honest models are measured in
-``benchmarks/bench_inspect_malicious.py``, results in ``benchmarks/results/inspect-malicious.json``).
+batch and stays below (the threshold 1 and its margin on honest models are measured by
+``benchmarks/bench_inspect_malicious.py``, results in ``benchmarks/results/inspect-malicious.json``:
+``false_positives.per_family.<family>.max_dsnr``: at most 0.93 on the honest models measured there, a
+user checkpoint after 10 FedAvg rounds — a margin of under 10%, not a wide one).
 
 Next to it, :func:`measure` reports a *row* variant (our addition, not SEER's): per output unit
 (row) of each weight the same ratio, and per layer the share of the layer's per-example gradient

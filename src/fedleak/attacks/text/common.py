@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -69,23 +71,40 @@ def simulate(model: nn.Module, update: Update, ids: torch.Tensor, labels: torch.
     return {k: (g if g is not None else torch.zeros_like(v)) for (k, v), g in zip(live.items(), grads)}
 
 
-def exactness(tokens: int, limit: int, first, second, reason_extra: str = "") -> dict:
-    """The exactness condition of span recovery (distinct tokens ≤ layer width / LoRA rank)."""
-    holds = first.proper and second.proper and tokens <= limit
+#: σ/σ₁ below which singular values are float32 rounding, not data (√ε of float32, as :func:`.spans.gap_rank`)
+ROUNDING_FLOOR = math.sqrt(torch.finfo(torch.float32).eps)
+
+
+def exactness(tokens: int, limit: int, first, second, reason_extra: str = "", gap_found: bool = True) -> dict:
+    """The exactness condition of span recovery (distinct tokens ≤ layer width / LoRA rank).
+
+    It holds only when the span is distinguishable from the noise floor: each probe's singular values drop, at
+    the span's rank, to the float32 rounding level (σ_{r+1} ≤ σ₁·√ε, :func:`.spans.gap_rank`) below the layer's
+    width. ``gap_found`` False says the data had no such gap — noise (a defense, or FedAvg's drift) fills the
+    span — and a rank substituted afterwards (N·L) does not make the condition hold.
+    """
+    proper = first.proper and second.proper
+    holds = gap_found and proper and tokens <= limit
+    spans = [sp for sp in first.spans + second.spans if sp.singular.numel() and float(sp.singular[0]) > 0]
+    floor = min((float(sp.singular[-1] / sp.singular[0]) for sp in spans), default=0.0)
+    extra = {}
     if holds:
-        reason = (f"{tokens} token inputs in the step fit the first span's width {limit}; gaps found at rank "
-                  f"{first.rank} (first) and {second.rank} (second)")
-    elif tokens > limit and not (first.proper and second.proper):
-        reason = (f"{tokens} token inputs exceed the span limit {limit} (layer width or LoRA rank): the gradient "
-                  "has full rank, every candidate lies in its span, no span test can separate tokens")
-    elif not first.proper or not second.proper:
-        reason = (f"no gap in the singular values below the width (first rank {first.rank} of {first.width}, "
-                  f"second {second.rank} of {second.width}): the span is not a proper subspace (noise or too many "
-                  "tokens)")
+        reason = (f"{tokens} token inputs in the step fit the span limit {limit}; gaps found at rank "
+                  f"{first.rank} (first) and {second.rank} (second), down to the float32 rounding floor")
+    elif not proper and (tokens > limit or floor <= ROUNDING_FLOOR):
+        verb = "exceed" if tokens > limit else "fill"
+        reason = (f"{tokens} token inputs {verb} the span limit {limit} (layer width or LoRA rank): the gradient has "
+                  "full rank, every candidate lies in its span, no span test can separate tokens")
+    elif not gap_found or not proper:
+        extra["noise_filled"] = True
+        reason = (f"noise fills the span: the gradient's singular values never drop to the float32 rounding floor "
+                  f"(σ₁·√ε ≈ {ROUNDING_FLOOR:.1e}·σ₁) below the span limit {limit} (smallest σ/σ₁ = {floor:.1e}), "
+                  f"so the span holds noise (a defense's, or FedAvg's drift across local steps) as well as the "
+                  f"{tokens} token inputs")
     else:
         reason = (f"{tokens} token inputs may exceed the span limit {limit}; the spans are proper (repeated tokens), "
                   "so the recovery is tried but not certain")
-    return {"holds": bool(holds), "tokens": int(tokens), "limit": int(limit),
+    return {"holds": bool(holds), "tokens": int(tokens), "limit": int(limit), **extra,
             "reason": reason + reason_extra}
 
 

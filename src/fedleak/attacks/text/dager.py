@@ -9,8 +9,10 @@ output-embedding gradient (:mod:`.final_token`). Beyond the reference: ranks and
 at the largest gap of the data (:mod:`.spans`), FedAvg tested at interpolated weights
 (:func:`~.common.param_points`), LoRA through the adapters (:mod:`.probes`), block 0's MLP as the
 second span (valid under a sequence-classification loss), and the exactness condition reported in
-``extras["exactness"]``; ``extras["certain"]`` is True only when it holds and every recovered
-sequence verifies (all its second-probe inputs below the data-chosen threshold, N sequences found).
+``extras["exactness"]``; ``extras["certain"]`` is True only when the update recomputed from the N recovered
+sequences (and the labels read from the update) through the one client-update function matches the one sent
+(:mod:`.verify`, the meaning of "proved" shared with SPEAR); the span test (``extras["span_verified"]``)
+chooses the tokens, it is not the proof.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .incremental import last_inputs
 from .probes import capture, is_causal, model_type, probes
 from .spans import effective_width
 from .search import grow_causal, outside_level, search_encoder, token_candidates
+from .verify import verify as verify_update
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class Dager(Attack):
         causal, task = is_causal(model), task_of(model)
         gen = torch.Generator().manual_seed(opts.seed)
         limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
-        if not (first.proper and second.proper):
+        gap_found = first.proper and second.proper  # before any rank is substituted below
+        if not gap_found:
             # no gap: past the limit nothing can be separated; below it (FedAvg's drifting inputs, noise)
             # the leading N·L directions — N and L are known to the server — stand in, never certain
             if n * length >= limit:  # a full span tests nothing
@@ -90,7 +94,7 @@ class Dager(Attack):
         # under next-token loss with no target after the sequence, the final position has no gradient at all
         hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
         steps = length - 1 if hidden_final else length
-        exact = exactness(n * steps, limit, first, second)
+        exact = exactness(n * steps, limit, first, second, gap_found=gap_found)
         extras["exactness"] = exact
 
         def second_distance(ids):
@@ -120,13 +124,20 @@ class Dager(Attack):
             per_seq = dist.max(1).values
             verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
             extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
-        final = extras.get("final_token", {})
-        final_ok = final.get("recovered", True) and final.get("residual_after", 0.0) < 1e-3
-        extras["certain"] = bool(exact["holds"] and verified and final_ok)
-        extras["verified"] = bool(verified)
-        if not exact["holds"] and not verified:
+        extras["span_verified"] = bool(verified)  # every sequence's inputs below the span threshold
+        # the leading-directions spans that stand in under noise still return what they found (never certain)
+        tried = exact["holds"] or exactness(n * steps, limit, first, second)["holds"]
+        if not tried and not verified:
             extras["note"] = "exactness condition fails and the recovery does not verify: no sequence is returned"
             ids = torch.zeros(0, length, dtype=torch.long)
+        # proved = the update recomputed from the recovered sequences (and labels) matches the one sent
+        check = verify_update(model, update, ids, spec.num_classes)
+        exact["verification"] = check
+        extras["verified"] = extras["certain"] = bool(check["holds"])
+        if exact["holds"] and not check["holds"]:
+            exact["reason"] += ("; but the update recomputed from the recovered sequences does not match the one sent"
+                                + (f" (relative error {check['relative_error']:.1e} ≥ {check['tolerance']:g})"
+                                   if check["relative_error"] is not None else f" ({check.get('note')})"))
         extras["seconds"] = time.perf_counter() - start
         return text_result(ids, model, extras)
 

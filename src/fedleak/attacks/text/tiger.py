@@ -13,8 +13,10 @@ slots' second-probe inputs X explain — it keeps the N slots from collapsing on
 The snapped tokens start the discrete coordinate search of :mod:`.search` (a short polish).
 No threshold enters the objective, so it degrades gracefully under noise (DP): when the singular
 values show no gap (noise fills the spectrum), the leading N·L directions — N and L are known to
-the server — are used. Certainty is claimed only under dager's exactness condition and a
-verified (below-split) result.
+the server — are used. ``certain`` has the one meaning of "proved" (issue 27): the update recomputed
+from the recovered sequences through the client-update function matches the one sent (:mod:`.verify`); the
+polish's span test (``span_verified``) only picks tokens. (TIGER is an optimization attack: the verdict
+never counts it as exact.)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .common import exactness, first_inputs_fn, task_of, text_result, vocab_size
 from .dager import calibrate_widths
 from .probes import _hook, _Stop, base_of, is_causal, model_type, probes
 from .search import outside_level, search_encoder, token_candidates
+from .verify import verify as verify_update
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class Tiger(Attack):
         gradient = update.pseudo_gradient()
         first, second = probes(model, gradient, {})
         limit = calibrate_widths(model, {}, first, second, vocab_size(model), length, gen)
-        exact = exactness(n * length, limit, first, second)
+        exact = exactness(n * length, limit, first, second, gap_found=first.proper and second.proper)
         for probe in (first, second):  # noise fills the spectrum: the leading N·L directions
             probe.spans = [sp if sp.proper else sp.with_rank(min(n * length, sp.width - 1)) for sp in probe.spans]
         positional = model_type(model) != "llama"
@@ -104,8 +107,10 @@ class Tiger(Attack):
         if is_causal(model) and task_of(model) == "causal-lm":
             extras["note"] = ("the final token of a causal-LM sequence without a following target has no gradient; "
                               "tiger scores it only through the relaxation (dager reads it from the LM head)")
-        extras["verified"] = verified
-        extras["certain"] = bool(exact["holds"] and verified)
+        extras["span_verified"] = verified  # the polish's span test picks tokens; the proof is the recomputation
+        check = verify_update(model, update, ids, spec.num_classes)
+        exact["verification"] = check
+        extras["verified"] = extras["certain"] = bool(check["holds"])
         extras["seconds"] = time.perf_counter() - start
         return text_result(ids, model, extras)
 

@@ -1,0 +1,162 @@
+"""Rebuild the measured tables of the docs from ``benchmarks/results/*.json``, and fail on a claim without a file.
+
+A generated table sits between two markers in a doc::
+
+    <!-- regen:NAME -->
+    ...rows written by this script...
+    <!-- /regen:NAME -->
+
+``NAME`` picks a builder below (:data:`TABLES`: the results file it reads and the function that turns it into
+rows). ``python benchmarks/regen_docs.py`` rewrites every block; ``--check`` only compares and exits 1 when a
+block is stale (``tests/test_docs_regen.py`` runs it). Either way the script exits 1 — naming the line — when a
+block names no builder, a builder's results file is missing, or a paragraph of a doc's ``## Measurements``
+section states numbers outside a generated block without naming an existing ``benchmarks/results/`` file.
+Results files are produced by the benchmark scripts (``bench_verdict_audit.py``: the audit engine itself,
+``fedleak.audit``; ``bench_verdict.py``: the attacks called directly).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = (ROOT / "docs" / "verdict.md",)
+BLOCK = re.compile(r"(<!-- regen:([\w-]+) -->\n)(.*?)(<!-- /regen:\2 -->)", re.S)
+
+
+def _load(name: str) -> dict:
+    path = RESULTS / name
+    if not path.is_file():
+        raise SystemExit(f"regen_docs: {path.relative_to(ROOT)} is missing: run the benchmark that writes it, or "
+                         f"remove the claim")
+    return json.loads(path.read_text())
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _short(text, limit: int = 110) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def verdict_audit() -> str:
+    data = _load("verdict_audit.json")
+    head = ("| case | settings | verdict | evidence | exact attack: precondition | recomputed update: relative error "
+            "(tolerance) | strongest score | CPU s |\n|---|---|---|---|---|---|---|---:|\n")
+    rows = []
+    for name, case in data["cases"].items():
+        s = case["settings"]
+        settings = (f"{s.get('model')}, {s.get('data', 'digits')}, N = {s.get('samples')}, "
+                    f"{', '.join(s.get('defense', [])) or 'no defense'}")
+        exact = next(((n, a) for n, a in case["attacks"].items() if a.get("kind") == "exact"), (None, None))
+        cond = "—"
+        check = "—"
+        if exact[0]:
+            pre = exact[1]["precondition"]
+            cond = f"{exact[0]}: {'holds' if pre['holds'] else 'fails'}" + (
+                f" ({_short(pre['reason'], 1000)})" if not pre["holds"] else "")
+            v = exact[1].get("verification")
+            if v and v.get("relative_error") is not None:
+                check = f"{v['relative_error']:.1e} ({v['tolerance']:g}): {'matches' if v['holds'] else 'no match'}"
+        scores = [a for a in case["attacks"].values()]
+        if s.get("data") == "text":
+            best = max(scores, key=lambda a: (a.get("exact_sequences") or 0, a.get("rouge1") or 0))
+            score = f"{100 * (best.get('exact_sequences') or 0):.0f}% exact sequences, ROUGE-1 {_fmt(best.get('rouge1'), 2)}"
+        else:
+            best = max(scores, key=lambda a: (a.get("rec_percent") or 0, a.get("psnr") or 0))
+            score = f"Rec {_fmt(best.get('rec_percent'), 0)}%, PSNR {_fmt(best.get('psnr'))} dB"
+        rows.append(f"| {name} | {settings} | {case['verdict']} | {case['evidence']} | {cond} | {check} | {score} | "
+                    f"{_fmt(case['cpu_seconds'])} |")
+    foot = (f"\n\n`benchmarks/results/verdict_audit.json`: {data['date']}, {data['threads']} thread, load average "
+            f"{data['load_average'][0]:.1f}, {data['device']}, torch {data['torch']} ({data['cpu_capability']}).\n")
+    return head + "\n".join(rows) + foot
+
+
+def mlp_exact() -> str:
+    data = _load("verdict.json")
+    head = ("| b | exact attack | exact share | certain | s | IG Rec% | IG PSNR | IG s | precondition |\n"
+            "|---|---|---:|---|---:|---:|---:|---:|---|\n")
+    rows = []
+    for r in data["mlp_fedsgd"]:
+        ex, ig = r["exact"], r["inverting_gradients"]
+        pre = ex.get("precondition") or {}
+        rows.append(f"| {r['batch']} | {ex['attack']} | {100 * ex['exact_share']:.1f}% | {'yes' if ex['certain'] else 'no'} "
+                    f"| {_fmt(ex['seconds'])} | {_fmt(ig['rec_percent'], 0)} | {_fmt(ig['psnr'])} | {_fmt(ig['seconds'])} | "
+                    f"{'holds' if pre.get('holds') else 'fails'}: {_short(pre.get('reason'), 1000)} |")
+    foot = (f"\n\n`benchmarks/results/verdict.json` (`bench_verdict.py`, the attacks called directly): {data['date']}, "
+            f"{data['threads']} thread, load average {data['load_average'][0]:.1f}, {data['device']}.\n")
+    return head + "\n".join(rows) + foot
+
+
+def label_counts() -> str:
+    data = _load("verdict.json")
+    head = ("| b | iLRG (FedSGD) | RecLabels (FedSGD) | RLU (FedAvg E = 5) | RecLabels (FedAvg E = 5) |\n"
+            "|---|---:|---:|---:|---:|\n")
+    rows = []
+    for r in data["labels"]:
+        cells = [r.get("ilrg"), r.get("reclabels"), (r.get("fedavg_e5") or {}).get("rlu"),
+                 (r.get("fedavg_e5") or {}).get("reclabels")]
+        rows.append(f"| {r['batch']} | " + " | ".join(
+            "—" if c is None else f"{100 * c['label_accuracy']:.1f}%" for c in cells) + " |")
+    return head + "\n".join(rows) + "\n\nLabel accuracy = multiset overlap / N; `benchmarks/results/verdict.json`.\n"
+
+
+TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts}
+
+
+def _unbacked_claims(path: Path, text: str) -> list[str]:
+    """Paragraphs of the ``## Measurements`` section that state numbers outside generated blocks without a file."""
+    section = re.search(r"^## Measurements\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    if not section:
+        return []
+    body = BLOCK.sub("", section.group(1))
+    problems = []
+    for paragraph in re.split(r"\n\s*\n", body):
+        if not re.search(r"\d", paragraph) or paragraph.lstrip().startswith("<!--"):
+            continue
+        files = re.findall(r"benchmarks/results/[\w.\-/]+\.jsonl?", paragraph)
+        if not files:
+            problems.append(f"{path.relative_to(ROOT)}: a measured claim names no results file: "
+                            f"{_short(paragraph, 80)!r}")
+        problems += [f"{path.relative_to(ROOT)}: {f} does not exist" for f in files if not (ROOT / f).is_file()]
+    return problems
+
+
+def regenerate(check: bool = False) -> int:
+    problems, stale = [], []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+
+        def build(match):
+            name = match.group(2)
+            if name not in TABLES:
+                problems.append(f"{path.relative_to(ROOT)}: no builder for block {name!r} (known: {', '.join(TABLES)})")
+                return match.group(0)
+            return match.group(1) + TABLES[name]() + match.group(4)
+
+        new = BLOCK.sub(build, text)
+        problems += _unbacked_claims(path, new)
+        if new != text:
+            stale.append(str(path.relative_to(ROOT)))
+            if not check:
+                path.write_text(new, encoding="utf-8")
+    for line in problems:
+        print(line, file=sys.stderr)
+    if check and stale:
+        print(f"regen_docs: stale tables in {', '.join(stale)}: run python benchmarks/regen_docs.py", file=sys.stderr)
+        return 1
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(regenerate(check="--check" in sys.argv[1:]))
