@@ -20,12 +20,12 @@ Sources (Apache-2.0, re-implemented here, not copied):
   chunks); each drawn entry is released as (clip(Δ_i/steps, γ) + Lap(2γc/ε_r))·steps, every other entry is 0;
   ε_r = c·noise_var unless given (NVFlare's backward-compatible default: release noise 2γ/noise_var per value).
   NVFlare's accountant sums ε_t + ε_q + ε_r per call (pure DP, δ = 0): :func:`svt_epsilon`.
-* ``svt_legacy_privacy`` — ``svt_privacy.py`` of NVFlare 2.2 … 2.7.3 (NVIDIA/NVFlare commit 0f9026b, identical to
-  the 2.7.3 wheel's algorithm): threshold τ + Lap(2γ/ε), query noise Lap(4γc/ε₂) with ε₂ = ε·(2c)^{2/3}, the
+* ``svt_legacy_privacy`` — ``svt_privacy.py`` of NVFlare 2.0.18 … 2.7.3 (NVIDIA/NVFlare commit 0f9026b; the
+  wheels 2.0.18, 2.3.0 and 2.7.3 run this algorithm, ``replace`` from 2.3.0, float64 Δ/steps after 2.0.19): threshold τ + Lap(2γ/ε), query noise Lap(4γc/ε₂) with ε₂ = ε·(2c)^{2/3}, the
   same re-query, c draws from the accepted entries, the release Δ_i + Lap(2γ/noise_var) clipped to [−γ, γ]
   (noise added before the clip, on the unclipped value), every other entry 0. NVFlare ≤ 2.7 reports no ε.
-  (NVFlare 2.0's file zeroed only the never-accepted entries, so accepted-but-undrawn entries went out raw; no
-  fedleak filter reproduces that version.)
+  NVFlare 2.0.0 … 2.0.16 (commit 01180f35bf12430914f65feb80be4d0c5d61ffb7) zeroed only the never-accepted
+  entries, so every accepted entry that was not drawn went out raw: ``release="2.0"``.
 
 Both SVT functions stop with a :class:`~fedleak.errors.FedleakError` after :data:`MAX_PASSES` query passes that
 do not reach c acceptances (a threshold far above the query noise); NVFlare loops there for ever.
@@ -184,12 +184,23 @@ def svt_privacy(diff: dict, fraction: float = 0.1, epsilon: float = 0.1, noise_v
 
 def svt_legacy_privacy(diff: dict, fraction: float = 0.1, epsilon: float = 0.1, noise_var: float = 0.1,
                        gamma: float = 1e-5, tau: float = 1e-6, steps: float = 1,
-                       rng: Optional[np.random.RandomState] = None, replace: bool = True) -> dict:
-    """NVFlare 2.2 … 2.7.3's ``SVTPrivacy.process_dxo`` (module docstring); returns the released difference."""
+                       rng: Optional[np.random.RandomState] = None, replace: bool = True,
+                       release: str = "2.3") -> dict:
+    """NVFlare 2.0.18 … 2.7.3's ``SVTPrivacy`` (module docstring); returns the released difference.
+
+    ``release`` picks among that file's versions: ``"2.3"`` (2.1 … 2.7.3: Δ/steps in float64), ``"2.0.18"``
+    (2.0.18, 2.0.19: the same in the update's dtype, ``np.float`` being Python's float, no ``replace``), ``"2.0"``
+    (2.0.0 … 2.0.16: as 2.0.18, but only the never-accepted entries are zeroed, so the accepted entries that were
+    not drawn go out unchanged).
+    """
+    if release not in ("2.0", "2.0.18", "2.3"):
+        raise FedleakError(f"unknown NVFlare SVT release {release!r}; allowed: 2.0, 2.0.18, 2.3")
+    nvflare_2_0 = release == "2.0"
     rng = rng if rng is not None else np.random.RandomState(0)
     names = sorted(diff)
     arrays = [np.asarray(diff[name]) for name in names]
-    delta = np.concatenate([value.ravel() / np.float64(steps) for value in arrays])
+    divisor = np.float64(steps) if release == "2.3" else float(steps)
+    delta = np.concatenate([value.ravel() / divisor for value in arrays])
     count = np.minimum(np.ceil(np.float64(delta.size) * fraction), np.float64(delta.size))
     threshold = tau + rng.laplace(scale=gamma * 2.0 / epsilon)
     query_scale = gamma * 4.0 * count / (epsilon * (2.0 * count) ** (2.0 / 3.0))
@@ -207,7 +218,7 @@ def svt_legacy_privacy(diff: dict, fraction: float = 0.1, epsilon: float = 0.1, 
     noise = rng.laplace(scale=gamma * 2.0 / noise_var, size=chosen.shape)
     delta[chosen] = np.clip(delta[chosen] + noise, a_min=-gamma, a_max=gamma)
     keep = np.zeros(delta.size, dtype=np.bool_)
-    keep[chosen] = True
+    keep[np.asarray(accepted, dtype=np.int64) if nvflare_2_0 else chosen] = True
     delta[~keep] = 0.0
     out, start = {}, 0
     for name, value in zip(names, arrays):
@@ -215,7 +226,7 @@ def svt_legacy_privacy(diff: dict, fraction: float = 0.1, epsilon: float = 0.1, 
             out[name] = value
             start += 1
             continue
-        out[name] = delta[start:start + value.size].reshape(value.shape) * np.float64(steps)
+        out[name] = delta[start:start + value.size].reshape(value.shape) * divisor
         start += value.size
     return out
 

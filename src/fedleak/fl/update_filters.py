@@ -13,8 +13,9 @@ runs NVFlare's classes and ``flwr``'s functions beside these):
   epsilon_release=,steps=S]`` — NVFlare ≥ 2.8's ``SVTPrivacy`` (:func:`.nvflare_filters.svt_privacy`), its
   defaults 0.1, 0.1, 0.1, 1e-5, 1e-6; ε as NVFlare's accountant records it: ε_t + ε_q + ε_r with ε_r = c·V.
   ``epsilon_*=0`` (the default) means NVFlare's default split.
-* ``svt-legacy:…`` (the same first five keys, ``replace``, ``steps``) — NVFlare 2.2 … 2.7.3's ``SVTPrivacy``
-  (:func:`.nvflare_filters.svt_legacy_privacy`); NVFlare reports no ε for it.
+* ``svt-legacy:…`` (the same first five keys, ``replace``, ``steps``) — NVFlare 2.0.18 … 2.7.3's ``SVTPrivacy``
+  (:func:`.nvflare_filters.svt_legacy_privacy`); NVFlare reports no ε for it. ``svt-2.0:…`` — NVFlare 2.0.0 …
+  2.0.16's, which sends the accepted but undrawn entries raw.
 * ``flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D`` — Flower's ``LocalDpMod``
   (flwr/clientapp/mod/localdp_mod.py, flwr 1.42): ``compute_clip_model_update`` (Δ scaled by min(1, C/‖Δ‖)),
   then N(0, s²) from ``np.random.normal`` cast to the parameters' dtype and added to θˢ + clip(Δ), with
@@ -58,6 +59,7 @@ SPECS = {
     "svt": {**_NVFLARE_SVT, "epsilon_threshold": (0.0, 0.0, _INF, True), "epsilon_query": (0.0, 0.0, _INF, True),
             "epsilon_release": (0.0, 0.0, _INF, True), **_STEPS},
     "svt-legacy": {**_NVFLARE_SVT, **_STEPS},
+    "svt-2.0": {k: v for k, v in {**_NVFLARE_SVT, **_STEPS}.items() if k != "replace"},
     "flower-local-dp": {"clip": (None, 0.0, _INF, False), "sensitivity": (None, 0.0, _INF, True),
                         "epsilon": (None, 0.0, _INF, False), "delta": (None, 0.0, 1.0, False)},
     "flower-central-dp": {"noise": (None, 0.0, _INF, True), "clip": (None, 0.0, _INF, False),
@@ -69,7 +71,8 @@ _FLAGS = ("replace", "adaptive", "server_side")
 _INTEGERS = ("clients", "steps")
 #: the system and release whose code each kind follows (reported with the defense)
 FOLLOWS = {"percentile": "NVFlare PercentilePrivacy (unchanged 2.2 … 2.9.0)", "svt": "NVFlare SVTPrivacy ≥ 2.8 (2.9.0)",
-           "svt-legacy": "NVFlare SVTPrivacy 2.2 … 2.7.3", "flower-local-dp": "Flower LocalDpMod (flwr 1.42)",
+           "svt-legacy": "NVFlare SVTPrivacy 2.0.18 … 2.7.3", "svt-2.0": "NVFlare SVTPrivacy 2.0.0 … 2.0.16",
+           "flower-local-dp": "Flower LocalDpMod (flwr 1.42)",
            "flower-central-dp": "Flower central DP, fixed/adaptive clipping (flwr 1.42)"}
 
 
@@ -139,8 +142,8 @@ class UpdateFilter:
                 "epsilon": self.epsilon()}
 
     def with_strength(self, strength: float) -> "UpdateFilter":
-        main = {"percentile": "percentile", "svt": "epsilon", "svt-legacy": "epsilon", "flower-local-dp": "epsilon",
-                "flower-central-dp": "noise"}[self.kind]
+        main = {"percentile": "percentile", "svt": "epsilon", "svt-legacy": "epsilon", "svt-2.0": "epsilon",
+                "flower-local-dp": "epsilon", "flower-central-dp": "noise"}[self.kind]
         return UpdateFilter.parse(f"{self.kind}:" + ",".join(
             f"{k}={(strength if k == main else v):g}" for k, v in self.params.items()))
 
@@ -161,9 +164,10 @@ class UpdateFilter:
             out, _ = nvflare.svt_privacy(arrays, p["fraction"], p["epsilon"], p["noise_var"], p["gamma"], p["tau"],
                                          round_steps, rng, bool(p["replace"]), p["epsilon_threshold"] or None,
                                          p["epsilon_query"] or None, p["epsilon_release"] or None)
-        elif self.kind == "svt-legacy":
+        elif self.kind in ("svt-legacy", "svt-2.0"):
             out = nvflare.svt_legacy_privacy(arrays, p["fraction"], p["epsilon"], p["noise_var"], p["gamma"],
-                                             p["tau"], round_steps, rng, bool(p["replace"]))
+                                             p["tau"], round_steps, rng, bool(p.get("replace", 1)),
+                                             release="2.0" if self.kind == "svt-2.0" else "2.3")
         else:
             names = list(arrays)
             server = [np.zeros_like(arrays[k]) for k in names]  # Δ is θᶜ − θˢ: θˢ = 0 gives the same clip and noise
@@ -185,7 +189,7 @@ class UpdateFilter:
             return {"accountant": "pure_dp_sum", "delta": 0.0, "epsilon": p["epsilon"], "noise_var": p["noise_var"],
                     "note": "NVFlare ≥ 2.8 records ε_threshold + ε_query + ε_release per call, ε_release = "
                             "n_upload·noise_var unless given; the totals need the update's size (see `spent`)"}
-        if self.kind == "svt-legacy":
+        if self.kind in ("svt-legacy", "svt-2.0"):
             return {"epsilon": p["epsilon"], "epsilon_reported_by_nvflare": None,
                     "note": "NVFlare ≤ 2.7 reports no ε; `epsilon` sets its threshold and query noise, the release "
                             "noise is Laplace(2·gamma/noise_var) per value"}
