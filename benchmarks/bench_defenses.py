@@ -55,10 +55,13 @@ SETTINGS = [
 ]
 
 
+PROTOCOL = Protocol("fedsgd")
+
+
 def _update():
     spec, clients = fedleak.data.load("digits", num_clients=1, samples_per_client=8, seed=0)
     model = fedleak.models.build("femnist-cnn", spec, seed=0)
-    protocol = Protocol("fedsgd")
+    protocol = PROTOCOL
     update = fedleak.client_update(model, clients[0], protocol)
     return {k: -protocol.lr * g for k, g in update.gradient.items()}
 
@@ -138,8 +141,15 @@ def table(result: dict) -> str:
              "same output as NVFlare's class |", "|---|---|---|---|---|---|"]
     for r in result["rows"]:
         same = {True: "yes, bit for bit", False: "NO", None: "—"}[r["identical_to_nvflare"]]
+        record = r["epsilon_record"] or {}
+        eps = {"percentile": "not DP",
+               "svt": f"{_fmt(r['epsilon'])} (NVFlare's pure-DP sum, per round)",
+               "flower-local-dp": f"{_fmt(r['epsilon'])} per round, δ {_fmt(record.get('delta'))}",
+               "flower-central-dp": f"{_fmt(r['epsilon'])} for the server's release (1 round, δ "
+                                    f"{_fmt(record.get('delta'))}); none against the server"}.get(
+            r["defense"], f"none reported (sets ε = {_fmt(r['epsilon'])})")
         lines.append(f"| `{r['defense']}` | {r['setting']} | {_fmt(r['cosine_mean'])} [{_fmt(r['cosine_min'])}, "
-                     f"{_fmt(r['cosine_max'])}] | {_fmt(r['share_released'])} | {_fmt(r['epsilon'])} | {same} |")
+                     f"{_fmt(r['cosine_max'])}] | {_fmt(r['share_released'])} | {eps} | {same} |")
     meta = result["meta"]
     lines.append("")
     lines.append(f"*{meta['update']}; {meta['seeds']} filter seeds; nvflare {meta['nvflare']}, flwr {meta['flwr']}; "
@@ -180,7 +190,7 @@ def main() -> None:
                            "platform": platform.platform(), "torch": torch.__version__, "nvflare": nv_version,
                            "flwr": flwr.__version__, "seeds": args.seeds,
                            "update": "one FedSGD update of femnist-cnn (seed 0) on 8 embedded digits images, "
-                                     "Δ = −η·g, η = 0.1, 338,778 entries"},
+                                     f"Δ = −η·g, η = {PROTOCOL.lr:g}, 338,778 entries"},
                   "rows": measure(args.seeds)}
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")

@@ -201,3 +201,22 @@ def test_filters_see_the_rounds_local_steps_and_server_side_clipping_changes_not
     server_side = UpdateFilter.parse("flower-central-dp:noise=1,clip=1e-3,clients=5,server_side=1")
     assert not server_side.changes_update  # client_update then returns the update as trained (its ε import is slow)
     assert UpdateFilter.parse("flower-central-dp:noise=1,clip=1e-3,clients=5").changes_update
+
+
+def test_the_docs_table_is_the_benchmarks_and_every_nvflare_release_matched():
+    """docs/defenses.md's table is rebuilt from benchmarks/results/defenses.json; the wheel check found no mismatch."""
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from bench_defenses import table
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    result = json.loads((root / "benchmarks/results/defenses.json").read_text())
+    assert table(result) in (root / "docs/defenses.md").read_text()
+    assert all(r["identical_to_nvflare"] is not False for r in result["rows"])
+    versions = json.loads((root / "benchmarks/results/nvflare_versions.json").read_text())["rows"]
+    assert {r["fedleak_kind"] for r in versions} == {"svt", "svt-legacy", "svt-2.0"} and all(r["identical"] for r in versions)
