@@ -2,7 +2,8 @@
 
 Only one NVFlare can be installed (the test extra pins 2.8–2.9, whose class ``tests/test_nvflare_filters.py``
 runs). The older algorithms fedleak offers (``svt-legacy``: NVFlare 2.0.18 … 2.7.3; ``svt-2.0``: 2.0.0 … 2.0.16)
-are checked here (``svt_legacy_privacy``'s ``release`` argument naming the variant) against the files of the released wheels, loaded beside the installed NVFlare's APIs::
+are checked here (``svt_legacy_privacy``'s ``release`` argument naming the variant) against the files of the
+released wheels, loaded beside the installed NVFlare's APIs::
 
     pip download nvflare==2.0.16 nvflare==2.7.3 nvflare==2.9.0 --no-deps -d WHEELS
     python benchmarks/check_nvflare_versions.py --wheels WHEELS --out benchmarks/results/nvflare_versions.json

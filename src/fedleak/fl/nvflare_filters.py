@@ -20,12 +20,17 @@ Sources (Apache-2.0, re-implemented here, not copied):
   chunks); each drawn entry is released as (clip(Δ_i/steps, γ) + Lap(2γc/ε_r))·steps, every other entry is 0;
   ε_r = c·noise_var unless given (NVFlare's backward-compatible default: release noise 2γ/noise_var per value).
   NVFlare's accountant sums ε_t + ε_q + ε_r per call (pure DP, δ = 0): :func:`svt_epsilon`.
-* ``svt_legacy_privacy`` — ``svt_privacy.py`` of NVFlare 2.0.18 … 2.7.3 (NVIDIA/NVFlare commit 0f9026b; the
-  wheels 2.0.18, 2.3.0 and 2.7.3 run this algorithm, ``replace`` from 2.3.0, float64 Δ/steps after 2.0.19): threshold τ + Lap(2γ/ε), query noise Lap(4γc/ε₂) with ε₂ = ε·(2c)^{2/3}, the
-  same re-query, c draws from the accepted entries, the release Δ_i + Lap(2γ/noise_var) clipped to [−γ, γ]
-  (noise added before the clip, on the unclipped value), every other entry 0. NVFlare ≤ 2.7 reports no ε.
+* ``svt_legacy_privacy`` — ``svt_privacy.py`` of NVFlare 2.0.18 … 2.7.3 (NVIDIA/NVFlare commit
+  0f9026b308b64692e933783926ae81bacc4efe49; the wheels 2.0.18, 2.3.0 and 2.7.3 run this algorithm, ``replace``
+  from 2.3.0, Δ/steps in float64 after 2.0.19): threshold τ + Lap(2γ/ε), query noise Lap(4γc/ε₂) with
+  ε₂ = ε·(2c)^{2/3}, the same re-query, c draws from the accepted entries, the release Δ_i + Lap(2γ/noise_var)
+  clipped to [−γ, γ] (noise added before the clip, on the unclipped value), every other entry 0. NVFlare ≤ 2.7
+  reports no ε.
   NVFlare 2.0.0 … 2.0.16 (commit 01180f35bf12430914f65feb80be4d0c5d61ffb7) zeroed only the never-accepted
   entries, so every accepted entry that was not drawn went out raw: ``release="2.0"``.
+
+The SHA-256 of each release's ``svt_privacy.py`` checked bit for bit against these functions is in
+``benchmarks/results/nvflare_versions.json`` (``benchmarks/check_nvflare_versions.py``).
 
 Both SVT functions stop with a :class:`~fedleak.errors.FedleakError` after :data:`MAX_PASSES` query passes that
 do not reach c acceptances (a threshold far above the query noise); NVFlare loops there for ever.

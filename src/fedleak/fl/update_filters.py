@@ -156,7 +156,9 @@ class UpdateFilter:
         """
         p = self.params
         rng = np.random.RandomState(_seed(generator))
-        arrays = {k: v.detach().to("cpu", torch.float32).numpy().copy() for k, v in delta.items()}
+        # numpy arrays as NVFlare's learners and Flower's ArrayRecords carry them: float64 stays, the rest float32
+        arrays = {k: v.detach().to("cpu", torch.float64 if v.dtype == torch.float64 else torch.float32).numpy().copy()
+                  for k, v in delta.items()}
         round_steps = int(p.get("steps") or steps)
         if self.kind == "percentile":
             out = nvflare.percentile_privacy(arrays, p["percentile"], p["gamma"], round_steps)
