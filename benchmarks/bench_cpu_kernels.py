@@ -4,8 +4,8 @@ The measurement behind ``tests/test_classic_attacks.py::test_inverting_gradients
 Inverting Gradients (1500 iterations, TV 1e-3) on one CIFAR-10 test image through LeNet's FedSGD gradient, run
 once per ``ATEN_CPU_CAPABILITY`` (``default``: no vector kernels; ``avx2``; ``avx512``: torch falls back to
 the best the CPU has, recorded as ``cap``) and attack seed, each in its own process at one thread. Different
-kernels round differently, and a non-convex optimization turns rounding into another trajectory — the same
-spread that another seed gives. ``--src`` runs an older checkout's ``src`` (e.g. ``git archive`` of the commit
+kernels round differently, and a non-convex optimization turns rounding into another trajectory; the seeds
+show the spread of trajectories itself. ``--src`` runs an older checkout's ``src`` (e.g. ``git archive`` of the commit
 that wrote "measured 28.9 dB") to tell code changes from environment changes.
 
 Appends one JSON line per run to ``--out`` (default a fresh file; runs already in it are skipped, so it
