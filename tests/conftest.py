@@ -1,5 +1,6 @@
 """Shared test helpers: the read-only real data next to the repository, small fixtures."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,8 @@ import torch
 
 torch.set_num_threads(2)
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+# FEDLEAK_SHARED_DATA overrides it (a git worktree sits one level deeper than the checkout)
+SHARED = Path(os.environ.get("FEDLEAK_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def shared_path(*parts: str) -> Path:

@@ -35,8 +35,15 @@ def test_inverting_gradients_on_fedsgd_batch_of_one(cifar_image):
     update = fedleak.client_update(model, client, Protocol("fedsgd"))
     rec = fedleak.attacks.build("inverting-gradients", iterations=1500, tv=1e-3).reconstruct(update, model, spec)
     scores = fedleak.metrics.evaluate(rec, client, spec)
-    assert scores["psnr"] > 25.0  # measured 28.9 dB, SSIM 0.96 on this seed
-    assert scores["ssim"] > 0.85
+    # A non-convex optimization: the CPU kernels torch picks (ATEN_CPU_CAPABILITY) round differently and send it
+    # down another trajectory. benchmarks/bench_cpu_kernels.py → benchmarks/results/cpu_kernels_ig.jsonl
+    # (docs/performance.md) measured this run at 25.85 dB / SSIM 0.910 (avx2) and 29.43 dB / 0.959 (default
+    # kernels, near the "28.9 dB" once written here) on one machine, the same numbers from the commit that wrote
+    # 28.9 (no code change lowered it), and 20.71 dB / 0.792 with attack seed 1 (avx2); issue 27 reports
+    # 23.08 dB / 0.835 (avx512) and 24.17 dB (avx2) on another machine. The floor sits below the lowest of these
+    # five trajectories with a margin of ~3.7 dB PSNR and ~0.09 SSIM.
+    assert scores["psnr"] > 17.0
+    assert scores["ssim"] > 0.70
 
 
 def test_dlg_optimizes_labels_jointly():

@@ -30,13 +30,16 @@ def test_percentile_zeroes_the_small_entries_and_clips_the_rest():
     assert (flat != 0).sum() == 25 and flat.abs().max() <= 0.5  # top 10% of 250 entries, clipped
 
 
-def test_svt_releases_at_most_the_fraction_and_reports_its_epsilon():
+def test_svt_releases_at_most_the_fraction_and_reports_nvflares_epsilon():
     f = UpdateFilter.parse("svt:fraction=0.1,epsilon=1,noise_var=0.1,gamma=1,tau=0.5")
     out = f.apply_update(_delta(), torch.Generator().manual_seed(0))
     flat = torch.cat([v.reshape(-1) for v in out.values()])
-    assert 0 < (flat != 0).sum() <= 25 and flat.abs().max() <= 1
-    eps = f.spent(250)
-    assert eps["epsilon_svt"] == 1 and eps["released_at_most"] == 25 and eps["epsilon_release"] == pytest.approx(500)
+    assert 0 < (flat != 0).sum() <= 25  # c = 25 draws with replacement: duplicates release one entry
+    eps = f.spent(250)  # NVFlare ≥ 2.8's record: ε_t : ε_q = 1 : (2c)^{2/3}, ε_release = c·noise_var
+    assert eps["n_upload"] == 25 and eps["epsilon_release"] == pytest.approx(2.5)
+    assert eps["epsilon_threshold"] == pytest.approx(1 / (1 + 50 ** (2 / 3))) and eps["epsilon_total"] == pytest.approx(3.5)
+    legacy = UpdateFilter.parse("svt-legacy:fraction=0.1,epsilon=1,noise_var=0.1,gamma=1,tau=0.5")
+    assert legacy.spent(250)["epsilon_reported_by_nvflare"] is None
 
 
 def test_flower_local_dp_noise_and_central_dp_clipping():
@@ -75,6 +78,9 @@ def test_central_dp_does_not_hide_one_input_from_the_server_but_local_dp_does():
     ("flower-central-dp:noise=1,clip=1", "missing clients"),
     ("percentile:gamma=abc", "gamma must be a number"),
     ("svt:bogus=1", "KEY=VALUE"),
+    ("svt:replace=0.5", "replace must be 0 or 1"),
+    ("svt:epsilon=1,epsilon_threshold=2", "budget split"),
+    ("percentile:steps=1.5", "steps must be a whole number"),
 ])
 def test_bad_filter_specs_are_one_line_errors_and_exit_2(spec, message, capsys):
     with pytest.raises(FedleakError, match=message):

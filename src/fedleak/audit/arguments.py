@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--static-batches", action="store_true", default=None, help="no reshuffling between epochs")
     g.add_argument("--defense", action="append", metavar="SPEC",
                    help="repeatable: gaussian:σ, laplacian:b, pruning:p, dp-sgd:clip=C,noise=σ, secagg:K; update filters: "
-                   "percentile:percentile=P,gamma=G, svt:fraction=F,epsilon=E,noise_var=V,gamma=G,tau=T (NVFlare), "
+                   "percentile:percentile=P,gamma=G, svt:fraction=F,epsilon=E,noise_var=V,gamma=G,tau=T (NVFlare ≥ 2.8; svt-legacy: ≤ 2.7), "
                    "flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D, flower-central-dp:noise=σ,clip=C,clients=K")
     g.add_argument("--rounds", type=int, help="DP-SGD: rounds a client takes part in (default 1)")
     g.add_argument("--sample-rate", type=float, help="DP-SGD: per-step sampling rate q (default batch size / N)")

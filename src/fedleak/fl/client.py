@@ -351,20 +351,26 @@ def client_update(
                            f"{str(exc).splitlines()[0]}") from None
     meta = {"client_id": data.client_id, "seed": int(seed), "defense": defense.to_json(), **(metadata or {})}
     if update_filter is not None:
-        return _filtered(update_filter, server, protocol, len(data), result, buffers, meta, generator)
+        steps = sum(len(epoch) for epoch in schedule)  # the round's local steps (NVFlare's NUM_STEPS_CURRENT_ROUND)
+        return _filtered(update_filter, server, protocol, len(data), result, buffers, meta, generator, steps)
     if protocol.algorithm == "fedsgd":
         return Update(server, protocol, len(data), gradient=result.grad_sum, buffers=buffers, metadata=meta)
     return Update(server, protocol, len(data), client_params=result.params, buffers=buffers, metadata=meta)
 
 
-def _filtered(update_filter, server: Params, protocol: Protocol, n: int, result, buffers, meta, generator) -> Update:
+def _filtered(update_filter, server: Params, protocol: Protocol, n: int, result, buffers, meta, generator,
+              steps: int = 1) -> Update:
     """The update after an update-level filter (:mod:`.update_filters`) on Δ = θᶜ − θˢ (−η·g for FedSGD)."""
     if protocol.algorithm == "fedsgd":
         delta = {k: -protocol.lr * g for k, g in result.grad_sum.items()}
     else:
         delta = {k: result.params[k] - server[k] for k in server}
-    filtered = update_filter.apply_update(delta, generator)
+    filtered = update_filter.apply_update(delta, generator, steps) if update_filter.changes_update else None
     meta["defense"] = {**update_filter.to_json(), "epsilon": update_filter.spent(sum(v.numel() for v in delta.values()))}
+    if filtered is None:  # nothing acts on what the server sees: the update as trained, bit for bit
+        return Update(server, protocol, n, gradient=result.grad_sum if protocol.algorithm == "fedsgd" else None,
+                      client_params=None if protocol.algorithm == "fedsgd" else result.params, buffers=buffers,
+                      metadata=meta)
     if protocol.algorithm == "fedsgd":
         return Update(server, protocol, n, gradient={k: -v / protocol.lr for k, v in filtered.items()},
                       buffers=buffers, metadata=meta)

@@ -1,29 +1,38 @@
 """Defenses deployments run on the whole client update: NVFlare's privacy filters and Flower's DP.
 
 Unlike :mod:`.defenses` (per-example gradients inside local training), these act once on the update the
-client sends — the weight change Δ = θᶜ − θˢ (for FedSGD Δ = −η·g, and the gradient sent is −Δ/η):
+client sends — the weight change Δ = θᶜ − θˢ (for FedSGD Δ = −η·g, and the gradient sent is −Δ/η). Each runs
+its namesake's own algorithm, on numpy arrays with numpy's RandomState seeded from the client's generator,
+so that under one seed the output equals the system's own code bit for bit (``tests/test_nvflare_filters.py``
+runs NVFlare's classes and ``flwr``'s functions beside these):
 
-* ``percentile:percentile=P,gamma=G`` — NVFlare's ``PercentilePrivacy`` (Shokri & Shmatikov, CCS 2015, "share
-  the largest values"): entries of Δ whose absolute value is below the P-th percentile of |Δ| are zeroed, the
-  rest are clipped to [−G, G]. P in [0, 100], G > 0 (NVFlare defaults 10 and 0.01).
-* ``svt:fraction=F,epsilon=E,noise_var=V,gamma=G,tau=T`` — NVFlare's ``SVTPrivacy``: the sparse vector technique
-  (Lyu, Su, Li, "Understanding the Sparse Vector Technique for Differential Privacy", VLDB 2017, Alg. 1) over
-  the entries of Δ clipped to [−G, G]: at most c = ⌈F·|Δ|⌉ entries whose noisy magnitude passes the noisy
-  threshold T are released, each with Laplace(V) noise and clipped to [−G, G]; the rest are zero. Budget split
-  as in Alg. 1: ε₁ = E/2 for the threshold (noise Lap(Δf/ε₁)) and ε₂ = E/2 for the c answers (noise
-  Lap(2cΔf/ε₂)), Δf = G. The released values cost a further ε₃ = c·2G/V (Laplace mechanism, composed over the c
-  values); :meth:`UpdateFilter.epsilon` reports ε₁ + ε₂ (what NVFlare calls ε) and ε₃ separately.
-* ``flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D`` — Flower's ``LocalDpMod``: Δ clipped to L2 norm C,
-  then N(0, s²) added with s = S·√(2 ln(1.25/D))/E (the classic Gaussian mechanism, Dwork & Roth Thm. A.1;
-  flwr.supercore.differential_privacy.add_localdp_gaussian_noise_to_params). ε = E per round.
-* ``flower-central-dp:noise=σ,clip=C,clients=K[,adaptive=1]`` — Flower's central DP
-  (``DifferentialPrivacyServerSide/ClientSideFixedClipping``, or adaptive clipping, Andrew et al. 2021): every
-  client update is clipped to norm C and the **server** adds N(0, (σC/K)²) to the mean of K updates. The server
-  sees each clipped update before its own noise, so against an honest-but-curious server only the clipping
-  acts — which is what fedleak applies (adaptive clipping starts from C in the first round). The noise
-  protects the released model from third parties; ε is reported for that release.
+* ``percentile:percentile=P,gamma=G[,steps=S]`` — NVFlare's ``PercentilePrivacy``
+  (:func:`.nvflare_filters.percentile_privacy`): Δ/S, entries below the P-th percentile of |Δ/S| zeroed, the
+  rest clipped to [−G, G], times S. P in [0, 100], G > 0 (NVFlare's defaults 10 and 0.01). Not DP: no ε.
+* ``svt:fraction=F,epsilon=E,noise_var=V,gamma=G,tau=T[,replace=1,epsilon_threshold=,epsilon_query=,
+  epsilon_release=,steps=S]`` — NVFlare ≥ 2.8's ``SVTPrivacy`` (:func:`.nvflare_filters.svt_privacy`), its
+  defaults 0.1, 0.1, 0.1, 1e-5, 1e-6; ε as NVFlare's accountant records it: ε_t + ε_q + ε_r with ε_r = c·V.
+  ``epsilon_*=0`` (the default) means NVFlare's default split.
+* ``svt-legacy:…`` (the same first five keys, ``replace``, ``steps``) — NVFlare 2.0.18 … 2.7.3's ``SVTPrivacy``
+  (:func:`.nvflare_filters.svt_legacy_privacy`); NVFlare reports no ε for it. ``svt-2.0:…`` — NVFlare 2.0.0 …
+  2.0.16's, which sends the accepted but undrawn entries raw.
+* ``flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D`` — Flower's ``LocalDpMod``
+  (flwr/clientapp/mod/localdp_mod.py, flwr 1.42): ``compute_clip_model_update`` (Δ scaled by min(1, C/‖Δ‖)),
+  then N(0, s²) from ``np.random.normal`` cast to the parameters' dtype and added to θˢ + clip(Δ), with
+  s = S·√(2 ln(1.25/D))/E (the classic Gaussian mechanism, Dwork & Roth Thm. A.1). ε = E, δ = D per round, as
+  Flower states them (LocalDpMod does no accounting over rounds).
+* ``flower-central-dp:noise=σ,clip=C,clients=K[,adaptive=1,server_side=1]`` — Flower's central DP
+  (``DifferentialPrivacyClientSideFixedClipping`` with ``fixedclipping_mod``, or the adaptive pair, Andrew et al.
+  2021): the client clips its update to norm C (``compute_clip_model_update``) and the **server** adds
+  N(0, (σC/K)²) (``compute_stdv``) to the sum of K updates. The server sees each clipped update before its own
+  noise, so against an honest-but-curious server only the clipping acts — which is what fedleak applies
+  (adaptive clipping clips at C, the round's norm). With ``server_side=1``
+  (``DifferentialPrivacyServerSideFixedClipping``) the server clips what it receives: nothing acts on the
+  update it sees. ε is reported for the server's release (Flower's ``RdpAccountant`` when available).
 
 Every parameter is validated: a missing or out-of-range one is a one-line :class:`~fedleak.errors.FedleakError`.
+``steps=0`` (the default) divides by the round's local steps, what NVFlare's reference learners put in
+``NUM_STEPS_CURRENT_ROUND`` (1 for FedSGD); ``steps=1`` is an executor that does not set it.
 """
 
 from __future__ import annotations
@@ -32,23 +41,39 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 
 from ..errors import FedleakError
 from ..types import Params
+from . import nvflare_filters as nvflare
 
+_INF = math.inf
+_NVFLARE_SVT = {"fraction": (0.1, 0.0, 1.0, False), "epsilon": (0.1, 0.0, _INF, False),
+                "noise_var": (0.1, 0.0, _INF, False), "gamma": (1e-5, 0.0, _INF, False), "tau": (1e-6, 0.0, _INF, True),
+                "replace": (1.0, 0.0, 1.0, True)}
+_STEPS = {"steps": (0.0, 0.0, 1e9, True)}
 #: kind -> {parameter: (default or None if required, low, high, low inclusive)}
 SPECS = {
-    "percentile": {"percentile": (10.0, 0.0, 100.0, True), "gamma": (0.01, 0.0, math.inf, False)},
-    "svt": {"fraction": (0.1, 0.0, 1.0, False), "epsilon": (0.1, 0.0, math.inf, False),
-            "noise_var": (0.1, 0.0, math.inf, False), "gamma": (1e-5, 0.0, math.inf, False),
-            "tau": (1e-6, 0.0, math.inf, True)},
-    "flower-local-dp": {"clip": (None, 0.0, math.inf, False), "sensitivity": (None, 0.0, math.inf, False),
-                        "epsilon": (None, 0.0, math.inf, False), "delta": (None, 0.0, 1.0, False)},
-    "flower-central-dp": {"noise": (None, 0.0, math.inf, True), "clip": (None, 0.0, math.inf, False),
-                          "clients": (None, 1.0, math.inf, True), "adaptive": (0.0, 0.0, 1.0, True)},
+    "percentile": {"percentile": (10.0, 0.0, 100.0, True), "gamma": (0.01, 0.0, _INF, False), **_STEPS},
+    "svt": {**_NVFLARE_SVT, "epsilon_threshold": (0.0, 0.0, _INF, True), "epsilon_query": (0.0, 0.0, _INF, True),
+            "epsilon_release": (0.0, 0.0, _INF, True), **_STEPS},
+    "svt-legacy": {**_NVFLARE_SVT, **_STEPS},
+    "svt-2.0": {k: v for k, v in {**_NVFLARE_SVT, **_STEPS}.items() if k != "replace"},
+    "flower-local-dp": {"clip": (None, 0.0, _INF, False), "sensitivity": (None, 0.0, _INF, True),
+                        "epsilon": (None, 0.0, _INF, False), "delta": (None, 0.0, 1.0, False)},
+    "flower-central-dp": {"noise": (None, 0.0, _INF, True), "clip": (None, 0.0, _INF, False),
+                          "clients": (None, 1.0, _INF, True), "adaptive": (0.0, 0.0, 1.0, True),
+                          "server_side": (0.0, 0.0, 1.0, True)},
 }
 FILTER_KINDS = tuple(SPECS)
+_FLAGS = ("replace", "adaptive", "server_side")
+_INTEGERS = ("clients", "steps")
+#: the system and release whose code each kind follows (reported with the defense)
+FOLLOWS = {"percentile": "NVFlare PercentilePrivacy (unchanged 2.2 … 2.9.0)", "svt": "NVFlare SVTPrivacy ≥ 2.8 (2.9.0)",
+           "svt-legacy": "NVFlare SVTPrivacy 2.0.18 … 2.7.3", "svt-2.0": "NVFlare SVTPrivacy 2.0.0 … 2.0.16",
+           "flower-local-dp": "Flower LocalDpMod (flwr 1.42)",
+           "flower-central-dp": "Flower central DP, fixed/adaptive clipping (flwr 1.42)"}
 
 
 @dataclass(frozen=True)
@@ -89,9 +114,13 @@ class UpdateFilter:
             if not ok:
                 bound = f"{'≥' if inclusive else '>'} {low:g}" + (f" and ≤ {high:g}" if math.isfinite(high) else "")
                 raise FedleakError(f"defense {text!r}: {key} must be {bound}, got {value:g}")
-            params[key] = value
-        if kind == "flower-central-dp":
-            params["clients"] = int(params["clients"])
+            if (key in _FLAGS and value not in (0.0, 1.0)) or (key in _INTEGERS and value != int(value)):
+                raise FedleakError(f"defense {text!r}: {key} must be {'0 or 1' if key in _FLAGS else 'a whole number'}, "
+                                   f"got {value:g}")
+            params[key] = int(value) if key in _INTEGERS or key in _FLAGS else value
+        if kind == "svt":  # NVFlare checks its budget split when it runs; fedleak when it is configured
+            nvflare.epsilon_split(params["epsilon"], 1, params["epsilon_threshold"] or None,
+                                  params["epsilon_query"] or None)
         clip = params.get("clip") if kind.startswith("flower") else None
         return cls(kind, params, 0.0, clip)
 
@@ -100,89 +129,132 @@ class UpdateFilter:
     def active(self) -> bool:
         return False  # nothing happens per example; :meth:`apply_update` acts after local training
 
+    @property
+    def changes_update(self) -> bool:
+        """False when the server sees the update as trained (Flower's server-side clipping acts after it)."""
+        return not (self.kind == "flower-central-dp" and self.params["server_side"])
+
     def to_text(self) -> str:
         return f"{self.kind}:" + ",".join(f"{k}={v:g}" for k, v in self.params.items())
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, **self.params, "level": "update", "epsilon": self.epsilon()}
+        return {"kind": self.kind, **self.params, "level": "update", "follows": FOLLOWS[self.kind],
+                "epsilon": self.epsilon()}
 
     def with_strength(self, strength: float) -> "UpdateFilter":
-        main = {"percentile": "percentile", "svt": "epsilon", "flower-local-dp": "epsilon",
-                "flower-central-dp": "noise"}[self.kind]
+        main = {"percentile": "percentile", "svt": "epsilon", "svt-legacy": "epsilon", "svt-2.0": "epsilon",
+                "flower-local-dp": "epsilon", "flower-central-dp": "noise"}[self.kind]
         return UpdateFilter.parse(f"{self.kind}:" + ",".join(
             f"{k}={(strength if k == main else v):g}" for k, v in self.params.items()))
 
     # -- the filter -----------------------------------------------------------------------------
-    def apply_update(self, delta: Params, generator: Optional[torch.Generator] = None) -> Params:
-        """The filtered weight change Δ (θᶜ − θˢ)."""
-        names = list(delta)
-        flat = torch.cat([delta[k].reshape(-1) for k in names])
+    def apply_update(self, delta: Params, generator: Optional[torch.Generator] = None, steps: int = 1) -> Params:
+        """The filtered weight change Δ (θᶜ − θˢ) of a round of ``steps`` local steps.
+
+        ``steps`` is what the filter divides by unless its own ``steps=`` parameter is set (NVFlare's
+        ``NUM_STEPS_CURRENT_ROUND``). The random draws come from a numpy ``RandomState`` seeded from ``generator``.
+        """
         p = self.params
+        rng = np.random.RandomState(_seed(generator))
+        # numpy arrays as NVFlare's learners and Flower's ArrayRecords carry them: float64 stays, the rest float32
+        arrays = {k: v.detach().to("cpu", torch.float64 if v.dtype == torch.float64 else torch.float32).numpy().copy()
+                  for k, v in delta.items()}
+        round_steps = int(p.get("steps") or steps)
         if self.kind == "percentile":
-            cutoff = torch.quantile(flat.abs().double().cpu(), p["percentile"] / 100.0).to(flat)
-            out = torch.where(flat.abs() >= cutoff, flat, torch.zeros_like(flat)).clamp(-p["gamma"], p["gamma"])
+            out = nvflare.percentile_privacy(arrays, p["percentile"], p["gamma"], round_steps)
         elif self.kind == "svt":
-            out = _svt(flat, p, generator)
-        elif self.kind == "flower-local-dp":
-            out = _clip(flat, p["clip"])
-            std = p["sensitivity"] * math.sqrt(2 * math.log(1.25 / p["delta"])) / p["epsilon"]
-            out = out + std * torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
-        else:  # flower-central-dp: the server sees the clipped update, its noise comes after aggregation
-            out = _clip(flat, p["clip"])
-        result, start = {}, 0
-        for k in names:
-            n = delta[k].numel()
-            result[k] = out[start:start + n].reshape(delta[k].shape)
-            start += n
-        return result
+            out, _ = nvflare.svt_privacy(arrays, p["fraction"], p["epsilon"], p["noise_var"], p["gamma"], p["tau"],
+                                         round_steps, rng, bool(p["replace"]), p["epsilon_threshold"] or None,
+                                         p["epsilon_query"] or None, p["epsilon_release"] or None)
+        elif self.kind in ("svt-legacy", "svt-2.0"):
+            out = nvflare.svt_legacy_privacy(arrays, p["fraction"], p["epsilon"], p["noise_var"], p["gamma"],
+                                             p["tau"], round_steps, rng, bool(p.get("replace", 1)),
+                                             release="2.0" if self.kind == "svt-2.0" else "2.3")
+        else:
+            names = list(arrays)
+            server = [np.zeros_like(arrays[k]) for k in names]  # Δ is θᶜ − θˢ: θˢ = 0 gives the same clip and noise
+            client = [arrays[k] for k in names]
+            if self.kind == "flower-local-dp":
+                released = flower_local_dp(server, client, p["clip"], p["sensitivity"], p["epsilon"], p["delta"], rng)
+            elif p["server_side"]:
+                released = client  # the server clips after it has seen the update
+            else:
+                released = flower_clip(server, client, p["clip"])
+            out = dict(zip(names, released))
+        return {k: torch.as_tensor(np.asarray(out[k])).to(device=v.device, dtype=v.dtype).reshape(v.shape)
+                for k, v in delta.items()}
 
     def epsilon(self) -> Optional[dict]:
-        """The ε this filter spends per round, by its own parameters (``None`` when it is not DP)."""
+        """The ε this filter spends per round as its namesake reports it (``None`` when it is not DP)."""
         p = self.params
         if self.kind == "svt":
-            release = None  # c depends on the update size: filled in by :meth:`spent` when it is known
-            return {"epsilon_svt": p["epsilon"], "epsilon_release_per_value": 2 * p["gamma"] / p["noise_var"],
-                    "epsilon_release": release, "note": "SVT (Lyu et al. 2017 Alg. 1): ε₁ + ε₂ = epsilon; each "
-                    "released value's Laplace(noise_var) noise costs 2·gamma/noise_var more"}
+            return {"accountant": "pure_dp_sum", "delta": 0.0, "epsilon": p["epsilon"], "noise_var": p["noise_var"],
+                    "note": "NVFlare ≥ 2.8 records ε_threshold + ε_query + ε_release per call, ε_release = "
+                            "n_upload·noise_var unless given; the totals need the update's size (see `spent`)"}
+        if self.kind in ("svt-legacy", "svt-2.0"):
+            return {"epsilon": p["epsilon"], "epsilon_reported_by_nvflare": None,
+                    "note": "NVFlare ≤ 2.7 reports no ε; `epsilon` sets its threshold and query noise, the release "
+                            "noise is Laplace(2·gamma/noise_var) per value"}
         if self.kind == "flower-local-dp":
-            return {"epsilon": p["epsilon"], "delta": p["delta"], "mechanism": "Gaussian, per round"}
+            return {"epsilon": p["epsilon"], "delta": p["delta"], "mechanism": "Gaussian, per round (LocalDpMod)",
+                    "noise_std": local_dp_std(p["sensitivity"], p["epsilon"], p["delta"])}
         if self.kind == "flower-central-dp":
             return {"noise_multiplier": p["noise"], "clients": p["clients"], **central_epsilon(p["noise"]),
+                    "noise_std_of_aggregate": flower_stdv(p["noise"], p["clip"], p["clients"]),
                     "note": "protects the aggregate released by the server, not the update the server sees"}
         return None
 
     def spent(self, num_values: int) -> Optional[dict]:
-        """:meth:`epsilon` with the SVT release cost for an update of ``num_values`` entries."""
-        eps = self.epsilon()
-        if eps is not None and self.kind == "svt":
-            count = min(num_values, math.ceil(self.params["fraction"] * num_values))
-            eps["released_at_most"] = count
-            eps["epsilon_release"] = count * eps["epsilon_release_per_value"]
-        return eps
+        """:meth:`epsilon` for an update of ``num_values`` entries (NVFlare's SVT record needs it)."""
+        if self.kind != "svt":
+            return self.epsilon()
+        p = self.params
+        return nvflare.svt_epsilon(num_values, p["fraction"], p["epsilon"], p["noise_var"],
+                                   p["epsilon_threshold"] or None, p["epsilon_query"] or None,
+                                   p["epsilon_release"] or None)
 
 
-def _clip(flat: torch.Tensor, norm: float) -> torch.Tensor:
-    return flat * min(1.0, norm / (float(flat.norm()) + 1e-12))
+def _seed(generator: Optional[torch.Generator]) -> int:
+    if generator is None:
+        return 0
+    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator, device=generator.device))
 
 
-def _laplace(shape, scale: float, like: torch.Tensor, generator) -> torch.Tensor:
-    u = torch.rand(shape, generator=generator, device=like.device, dtype=like.dtype) - 0.5
-    return -scale * torch.sign(u) * torch.log1p(-2 * u.abs().clamp(max=0.5 - 1e-7))
+def flower_norm(arrays: list) -> float:
+    """``flwr.supercore.differential_privacy.get_norm``: the L2 norm of all arrays, computed as Flower does."""
+    return float(np.sqrt(sum(np.linalg.norm(a.flat) ** 2 for a in arrays)))
 
 
-def _svt(flat: torch.Tensor, p: dict, generator) -> torch.Tensor:
-    """Lyu et al. 2017, Alg. 1 over |Δ_i| (clipped to γ), at most c answers, then Laplace release."""
-    gamma = p["gamma"]
-    x = flat.clamp(-gamma, gamma)
-    count = min(x.numel(), math.ceil(p["fraction"] * x.numel()))
-    eps1 = eps2 = p["epsilon"] / 2
-    threshold = p["tau"] + float(_laplace((1,), gamma / eps1, x, generator))
-    noisy = x.abs() + _laplace(x.shape, 2 * count * gamma / eps2, x, generator)
-    order = torch.randperm(x.numel(), generator=generator, device=x.device)  # queries in random order
-    above = order[noisy[order] >= threshold][:count]  # Alg. 1 stops after c answers above the threshold
-    out = torch.zeros_like(x)
-    released = x[above] + _laplace(above.shape, p["noise_var"], x, generator)
-    out[above] = released.clamp(-gamma, gamma)
+def flower_clip(server: list, client: list, clip: float) -> list:
+    """``compute_clip_model_update(client, server, clip)``: θˢ + Δ·min(1, C/‖Δ‖), Δ = θᶜ − θˢ.
+
+    Flower divides by ‖Δ‖ and fails on an all-zero update; here a zero update goes through unchanged.
+    """
+    update = [np.subtract(c, s) for c, s in zip(client, server)]
+    norm = flower_norm(update)
+    factor = min(1, clip / norm) if norm > 0 else 1
+    for a in update:
+        a *= factor
+    return [s + u for s, u in zip(server, update)]
+
+
+def local_dp_std(sensitivity: float, epsilon: float, delta: float) -> float:
+    """LocalDpMod's noise standard deviation S·√(2 ln(1.25/δ))/ε."""
+    return float(sensitivity * np.sqrt(2 * np.log(1.25 / delta)) / epsilon)
+
+
+def flower_stdv(noise: float, clip: float, clients: int) -> float:
+    """``compute_stdv``: σ·C/K, the noise Flower's server adds to the aggregate."""
+    return float((noise * clip) / clients)
+
+
+def flower_local_dp(server: list, client: list, clip: float, sensitivity: float, epsilon: float, delta: float,
+                    rng: np.random.RandomState) -> list:
+    """LocalDpMod on one reply: clip as :func:`flower_clip`, then ``add_gaussian_noise_inplace`` with ``rng``."""
+    out = flower_clip(server, client, clip)
+    std = local_dp_std(sensitivity, epsilon, delta)
+    for a in out:
+        a += rng.normal(0, std, a.shape).astype(a.dtype)
     return out
 
 
