@@ -77,26 +77,26 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def _load_truth(directory: Path):
-    from safetensors.torch import load_file
-
-    from .types import ClientData
-
-    from safetensors import SafetensorError
-
+def _load_truth(directory: Path, spec, num_samples: int):
+    """``truth.safetensors`` beside an update, checked against the update and its data spec before any work."""
+    from .config.loaders import read_safetensors
     from .runs.storage import check_labels
+    from .types import ClientData
 
     path = directory / "truth.safetensors"
     if not path.exists():
         return None
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FedleakError(f"corrupt safetensors file {path}: {exc}") from None
+    tensors = read_safetensors(path, f"corrupt safetensors file {path}")
     if set(tensors) != {"inputs", "labels"} or not tensors["inputs"].is_floating_point():
         raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
                            f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
-    return ClientData(tensors["inputs"], check_labels(tensors["labels"], str(path), len(tensors["inputs"])))
+    inputs = tensors["inputs"]
+    shape_ok = inputs.dim() >= 1 and len(inputs) == num_samples and (
+        spec.modality == "text" or tuple(inputs.shape[1:]) == tuple(spec.shape))
+    if not shape_ok or not bool(inputs.isfinite().all()):
+        raise FedleakError(f"{path}: inputs must be {num_samples} finite inputs of shape {tuple(spec.shape)} (the "
+                           f"update's N and data spec), got shape {tuple(inputs.shape)}")
+    return ClientData(inputs, check_labels(tensors["labels"], str(path), len(inputs)))
 
 
 def cmd_attack(args) -> int:
@@ -119,12 +119,14 @@ def cmd_attack(args) -> int:
         raise FedleakError("the update does not record its model; pass --model NAME")
     model = models.build(model_name, spec).to(_device(args.device))
     attack = attacks.build(args.attack, **_options(args.option))
+    truth = None if args.no_eval else _load_truth(Path(args.update), spec, update.num_samples)
     from .audit.progress import with_progress
+    from .types.params import check_update
 
+    check_update(update, model)  # every check before any work or write
     rec = with_progress(None if args.no_progress else "auto", f"attack {args.attack}",
                         lambda: attack.reconstruct(update, model, spec))
     out = rec.save(args.out)
-    truth = None if args.no_eval else _load_truth(Path(args.update))
     if truth is not None:
         scores = metrics.evaluate(rec, truth.to(_device(args.device)), spec)
         (out / "metrics.json").write_text(json.dumps(scores, indent=1))
@@ -149,9 +151,12 @@ def cmd_run(args) -> int:
     if bool(args.config) == bool(args.preset):
         raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
     config = load_preset(args.preset) if args.preset else load_config(args.config)
-    split = (lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None)
-    config = apply_overrides(config, data_root=args.data_root, clients=args.clients, variants=split(args.variants),
-                             settings=split(args.settings), quick=args.quick, variant_options=_options(args.option),
+    from .config.specs import split_names
+
+    config = apply_overrides(config, data_root=args.data_root, clients=args.clients,
+                             variants=None if args.variants is None else list(split_names(args.variants, "--variants")),
+                             settings=None if args.settings is None else list(split_names(args.settings, "--settings")),
+                             quick=args.quick, variant_options=_options(args.option),
                              first_client=args.first_client)
     ray_options = dict(address=args.address, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
                        max_retries=args.max_retries)

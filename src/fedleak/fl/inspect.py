@@ -241,18 +241,14 @@ def inspect_model(model: nn.Module, threshold: float = DEFAULT_THRESHOLD) -> Ins
 
 def load_state(path) -> dict[str, torch.Tensor]:
     """Tensors of a ``.safetensors`` file (never unpickles)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from ..config.loaders import read_safetensors
 
     path = Path(path)
     if not path.is_file():
         raise FedleakError(f"model file {str(path)!r} does not exist")
     if path.suffix != ".safetensors":
         raise FedleakError(f"{str(path)!r}: fedleak inspect reads .safetensors files (never pickles)")
-    try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FedleakError(f"{str(path)!r} is not a readable safetensors file: {str(exc).splitlines()[0]}") from None
+    state = read_safetensors(path, f"{str(path)!r} is not a readable safetensors file")
     if not state:
         raise FedleakError(f"{str(path)!r} holds no tensors")
     return state
