@@ -119,7 +119,19 @@ def read_safetensors(path, what: Optional[str] = None, *, floating: bool = False
 
 
 def read_config_json(path, what: Optional[str] = None) -> dict:
-    """A model folder's ``config.json``: strict JSON (NaN refused), bounded depth, an object, numbers finite."""
+    """A model folder's ``config.json``: strict JSON (NaN refused), bounded depth, an object, and the keys
+    fedleak reads before transformers does typed (``model_type`` a name, ``architectures`` a list of names)."""
+    from typing import Annotated, Any, Optional as Opt
+
+    from pydantic import ConfigDict, Field, create_model
+
+    from .boundary import validate
     from .json_safe import read_json_file
 
-    return read_json_file(path, max_depth=32)
+    config = read_json_file(path, max_depth=32)
+    name = Annotated[str, Field(strict=True, min_length=1, max_length=200)]
+    model = create_model("FolderConfig", __config__=ConfigDict(strict=True, extra="allow"),
+                         model_type=(name, ...), architectures=(Opt[list[name]], None),
+                         auto_map=(Any, None), trust_remote_code=(Any, None))
+    validate(model, config, where=str(what or path))
+    return config
