@@ -29,7 +29,7 @@ import torch
 import fedleak
 from fedleak import Protocol
 from fedleak.fl.inspect import inspect_state
-from fedleak.fl.inspect_fishing import LIMITS, classifier, fishing_statistics
+from fedleak.fl.inspect_fishing import LIMITS, classifier, fishing_statistics, limits_for
 from fedleak.fl.training import train_fedavg
 from fedleak.models.fishing import fishing
 from fedleak.models.imprint import imprint
@@ -126,7 +126,7 @@ def main():
         _, weight, bias = classifier(state)
         honest_rows.append({"kind": kind, "model": label, "suspicious": inspection.suspicious,
                             "findings": [f.signature for f in inspection.findings if f.confidence >= 0.5],
-                            "statistics": fishing_statistics(weight, bias)})
+                            "classes": int(weight.shape[0]), "statistics": fishing_statistics(weight, bias)})
         if kind != "init":
             trained.append((label, spec, model))
         print(f"honest {kind:18s} {label:22s} suspicious={inspection.suspicious}", flush=True)
@@ -137,6 +137,9 @@ def main():
                          "signatures": sorted({f.signature for f in inspection.findings if f.confidence >= 0.5})})
         print(f"malicious {family:45s} {label:22s} flagged={inspection.suspicious}", flush=True)
     stats = {k: max(r["statistics"].get(k, 0.0) for r in honest_rows) for k in LIMITS}
+    # the row-norm statistic against its per-model limit (max(8, 2C)): the largest honest share of it
+    stats["row_ratio_over_limit"] = max(r["statistics"]["row_ratio"] / limits_for(r["classes"])["row_ratio"]
+                                        for r in honest_rows)
     families = sorted({r["family"] for r in bad_rows})
     result = {
         "benchmark": "bench_inspect_fishing", "quick": args.quick,

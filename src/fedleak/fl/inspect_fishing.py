@@ -14,7 +14,7 @@ last 2-D floating tensor; its bias is any 1-D tensor as long as one of its dimen
 transposed weight is read the other way round): ``row_ratio`` = largest / median row norm, ``bias_gap``
 = largest |bᵢ − median b| in units of the median row norm, ``feature_share`` = the largest share of one
 row's squared norm on one feature, and ``column_ratio`` = largest / median column norm. Each limit sits
-far beyond what honest models reach; ``benchmarks/bench_inspect_fishing.py`` measures the honest
+far beyond what honest models reach (the row-norm limit is max(8, 2C) for C classes, :func:`limits_for`); ``benchmarks/bench_inspect_fishing.py`` measures the honest
 values (false-positive rate) and the fishing ones (``benchmarks/results/inspect-fishing.json``).
 """
 
@@ -27,6 +27,13 @@ import torch
 #: limits beyond which a statistic singles out one class or feature (honest maxima are measured in
 #: benchmarks/results/inspect-fishing.json, far below these)
 LIMITS = {"row_ratio": 8.0, "bias_gap": 4.0, "feature_share": 0.8, "column_ratio": 25.0}
+def limits_for(classes: int) -> dict:
+    """:data:`LIMITS` for a classifier of ``classes`` outputs. The row-norm limit grows with the classes:
+    a zero-initialized head after one gradient step on one input has rows in ratio C − 1 (the true class
+    against the others), honest and rank one; fishing silences rows (ratio ∞) or shrinks them far more."""
+    return {**LIMITS, "row_ratio": max(LIMITS["row_ratio"], 2.0 * classes)}
+
+
 #: fewest classes and features for the test (a 2-class head can be lopsided by training)
 MIN_CLASSES, MIN_FEATURES = 3, 8
 #: the most outputs a classifier has (a larger last layer is an embedding or a decoder, not logits)
@@ -100,11 +107,12 @@ def fishing_finding(state: Mapping[str, torch.Tensor]):
     if not (MIN_CLASSES <= classes <= MAX_CLASSES) or features < MIN_FEATURES:
         return None
     stats = fishing_statistics(weight, bias)
-    beyond = {k: v for k, v in stats.items() if v > LIMITS[k]}
+    limits = limits_for(classes)
+    beyond = {k: v for k, v in stats.items() if v > limits[k]}
     if not beyond:
         return None
-    worst = max(beyond, key=lambda k: beyond[k] / LIMITS[k])
-    ratio = beyond[worst] / LIMITS[worst]
+    worst = max(beyond, key=lambda k: beyond[k] / limits[k])
+    ratio = beyond[worst] / limits[worst]
     confidence = 0.99 if ratio == float("inf") else min(0.99, 0.5 + 0.5 * (1 - 1 / ratio))
     target = int(weight.norm(dim=1).argmax()) if worst in ("row_ratio", "feature_share") else None
     if worst == "bias_gap" and bias is not None:
@@ -113,8 +121,8 @@ def fishing_finding(state: Mapping[str, torch.Tensor]):
              "bias_gap": "one output's bias lies far from the others (its class pushed out of the softmax)",
              "feature_share": "an output row rests on a single feature (feature fishing)",
              "column_ratio": "one feature column dominates the classifier (feature fishing)"}
-    shown = ", ".join(f"{k} {v:.3g} > {LIMITS[k]:g}" for k, v in beyond.items())
+    shown = ", ".join(f"{k} {v:.3g} > {limits[k]:g}" for k, v in beyond.items())
     detail = f"{words[worst]}: {shown}" + (f"; target output {target}" if target is not None else "")
     evidence = {k: (None if v == float("inf") else v) for k, v in stats.items()}
-    return Finding(name, "fishing", confidence, detail, {**evidence, "limits": LIMITS, "target": target,
+    return Finding(name, "fishing", confidence, detail, {**evidence, "limits": limits, "target": target,
                                                           "classes": classes, "features": features})
