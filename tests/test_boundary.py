@@ -251,3 +251,22 @@ def test_deep_jsonl_is_one_line(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(FedleakError, match="nests 100000 levels deep"):
         read_jsonl(path, "text", None)
+
+
+@pytest.mark.parametrize("section, value, needle", [
+    ("data", {"num_clients": 2.5}, "data.num_clients must be an integer"),
+    ("data", {"num_clients": 1.0e3}, "data.num_clients must be an integer"),
+    ("data", {"seed": "3"}, "data.seed must be an integer"),
+    ("metrics", {"clip": "false"}, "metrics.clip must be true or false"),
+    ("metrics", {"threshold": float("nan")}, "metrics.threshold must be a finite number"),
+    ("rounds", {"epochs": 2.5}, "rounds.epochs must be an integer"),
+    ("model", {"train_rounds": 10 ** 12}, "model.train_rounds must be <="),
+])
+def test_experiment_sections_through_the_strict_models(section, value, needle):
+    from fedleak.config import parse_config
+
+    raw = {"data": {"dataset": "digits"}, "model": {"name": "lenet"}, "variants": {"ig": "inverting-gradients"}}
+    raw[section] = {**raw.get(section, {}), **value}
+    with pytest.raises(FedleakError) as info:
+        parse_config(raw, "exp.yaml")
+    assert needle in str(info.value), str(info.value)
