@@ -270,3 +270,12 @@ def test_experiment_sections_through_the_strict_models(section, value, needle):
     with pytest.raises(FedleakError) as info:
         parse_config(raw, "exp.yaml")
     assert needle in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "--preset", "dimitrov-table1-femnist", "--gpus-per-job", "nan"], "--gpus-per-job"),
+    (["inspect", "model.safetensors", "--threshold", "nan"], "--threshold"),
+    (["inspect", "model.safetensors", "--dsnr-batch", "-3"], "--dsnr-batch"),
+])
+def test_float_and_int_flags_are_bounded(argv, needle, tmp_path, capsys):
+    refused(argv + (["--out", tmp_path / "out"] if argv[0] == "run" else []), capsys, needle)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .config.cli_args import (_SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, _device, _dtype, _int_type, _nonempty,
-                       _options, _Parser, _positive_float, _set_threads, _show_progress)
+                              _nonnegative_float, _options, _Parser, _positive_float, _set_threads, _show_progress)
 from .errors import FedleakError
 from .runs.outdir import contain_caches, prepare_out_dir
 
@@ -293,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where jobs run: this process (default) or Ray tasks (pip install -e '.[ray]')")
     p.add_argument("--address", help="Ray cluster address (HOST:PORT or auto); default: start a local Ray")
     p.add_argument("--cpus-per-job", type=_positive_float, help="Ray: CPUs (and torch threads) per job (default 1)")
-    p.add_argument("--gpus-per-job", type=float, help="Ray: GPUs per job (default 0)")
+    p.add_argument("--gpus-per-job", type=_nonnegative_float, help="Ray: GPUs per job (default 0)")
     p.add_argument("--max-retries", type=_int_type(0, 100), help="Ray: re-runs of a job whose worker died (default 3)")
     p.add_argument("--out", required=True, type=_nonempty)
     p.set_defaults(func=cmd_run)
@@ -308,9 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="zoo architecture the file must match (names and shapes)")
     p.add_argument("--data", default="digits", help="dataset whose shape --model is built for (default: digits)")
     p.add_argument("--data-root")
-    p.add_argument("--threshold", type=float, default=0.5, help="confidence at which a finding is suspicious")
+    p.add_argument("--threshold", type=_positive_float, default=0.5, help="confidence at which a finding is suspicious")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    p.add_argument("--dsnr-batch", type=int, default=16, help="with --model: examples of --data for SEER's D-SNR "
+    p.add_argument("--dsnr-batch", type=_int_type(0, MAX_SAMPLES), default=16, help="with --model: examples of --data for SEER's D-SNR "
                    "check (0 skips it)")
     p.set_defaults(func=cmd_inspect)
 

@@ -88,6 +88,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    """A finite number from 0 to :data:`MAX_CLIENTS` (GPUs per job may be a fraction; NaN and inf refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_CLIENTS):
+        raise argparse.ArgumentTypeError(f"expected a finite number from 0 to {MAX_CLIENTS}, got {text!r}")
+    return value
+
+
 def _nonempty(text: str) -> str:
     if not text.strip() or "\x00" in text:
         raise argparse.ArgumentTypeError(f"expected a non-empty value, got {text!r}")
