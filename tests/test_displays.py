@@ -86,6 +86,7 @@ def test_report_of_own_run_titles_results_and_notes_hidden_grids(tmp_path):
     folder.mkdir(parents=True)
     for i in range(4):
         record = {k: 0 for k in REQUIRED_FIELDS} | {"setting": "default", "variant": "ig", "client": f"c{i}",
+                                                     "attack": "inverting-gradients", "job_hash": "h",
                                                      "psnr": 20.0 + i, "rec_percent": 50.0}
         (folder / f"c{i}.json").write_text(json.dumps(record))
         Image.new("RGB", (8, 8)).save(folder / f"c{i}.png")

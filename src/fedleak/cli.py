@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .config.cli_args import (_SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, _device, _dtype, _int_type, _nonempty,
-                       _options, _Parser, _positive_float, _set_threads, _show_progress)
+                              _nonnegative_float, _options, _Parser, _positive_float, _set_threads, _show_progress)
 from .errors import FedleakError
 from .runs.outdir import contain_caches, prepare_out_dir
 
@@ -84,26 +84,26 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def _load_truth(directory: Path):
-    from safetensors.torch import load_file
-
-    from .types import ClientData
-
-    from safetensors import SafetensorError
-
+def _load_truth(directory: Path, spec, num_samples: int):
+    """``truth.safetensors`` beside an update, checked against the update and its data spec before any work."""
+    from .config.loaders import read_safetensors
     from .runs.storage import check_labels
+    from .types import ClientData
 
     path = directory / "truth.safetensors"
     if not path.exists():
         return None
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FedleakError(f"corrupt safetensors file {path}: {exc}") from None
+    tensors = read_safetensors(path, f"corrupt safetensors file {path}")
     if set(tensors) != {"inputs", "labels"} or not tensors["inputs"].is_floating_point():
         raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
                            f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
-    return ClientData(tensors["inputs"], check_labels(tensors["labels"], str(path), len(tensors["inputs"])))
+    inputs = tensors["inputs"]
+    shape_ok = inputs.dim() >= 1 and len(inputs) == num_samples and (
+        spec.modality == "text" or tuple(inputs.shape[1:]) == tuple(spec.shape))
+    if not shape_ok or not bool(inputs.isfinite().all()):
+        raise FedleakError(f"{path}: inputs must be {num_samples} finite inputs of shape {tuple(spec.shape)} (the "
+                           f"update's N and data spec), got shape {tuple(inputs.shape)}")
+    return ClientData(inputs, check_labels(tensors["labels"], str(path), len(inputs)))
 
 
 def cmd_attack(args) -> int:
@@ -126,12 +126,14 @@ def cmd_attack(args) -> int:
         raise FedleakError("the update does not record its model; pass --model NAME")
     model = models.build(model_name, spec).to(_device(args.device))
     attack = attacks.build(args.attack, **_options(args.option))
+    truth = None if args.no_eval else _load_truth(Path(args.update), spec, update.num_samples)
     from .audit.progress import with_progress
+    from .types.params import check_update
 
+    check_update(update, model)  # every check before any work or write
     rec = with_progress(None if args.no_progress else "auto", f"attack {args.attack}",
                         lambda: attack.reconstruct(update, model, spec))
     out = rec.save(args.out)
-    truth = None if args.no_eval else _load_truth(Path(args.update))
     if truth is not None:
         scores = metrics.evaluate(rec, truth.to(_device(args.device)), spec)
         (out / "metrics.json").write_text(json.dumps(scores, indent=1))
@@ -156,9 +158,12 @@ def cmd_run(args) -> int:
     if bool(args.config) == bool(args.preset):
         raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
     config = load_preset(args.preset) if args.preset else load_config(args.config)
-    split = (lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None)
-    config = apply_overrides(config, data_root=args.data_root, clients=args.clients, variants=split(args.variants),
-                             settings=split(args.settings), quick=args.quick, variant_options=_options(args.option),
+    from .config.specs import split_names
+
+    config = apply_overrides(config, data_root=args.data_root, clients=args.clients,
+                             variants=None if args.variants is None else list(split_names(args.variants, "--variants")),
+                             settings=None if args.settings is None else list(split_names(args.settings, "--settings")),
+                             quick=args.quick, variant_options=_options(args.option),
                              first_client=args.first_client)
     ray_options = dict(address=args.address, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
                        max_retries=args.max_retries)
@@ -302,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where jobs run: this process (default) or Ray tasks (pip install -e '.[ray]')")
     p.add_argument("--address", help="Ray cluster address (HOST:PORT or auto); default: start a local Ray")
     p.add_argument("--cpus-per-job", type=_positive_float, help="Ray: CPUs (and torch threads) per job (default 1)")
-    p.add_argument("--gpus-per-job", type=float, help="Ray: GPUs per job (default 0)")
+    p.add_argument("--gpus-per-job", type=_nonnegative_float, help="Ray: GPUs per job (default 0)")
     p.add_argument("--max-retries", type=_int_type(0, 100), help="Ray: re-runs of a job whose worker died (default 3)")
     p.add_argument("--out", required=True, type=_nonempty)
     p.set_defaults(func=cmd_run)
@@ -317,9 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="zoo architecture the file must match (names and shapes)")
     p.add_argument("--data", default="digits", help="dataset whose shape --model is built for (default: digits)")
     p.add_argument("--data-root")
-    p.add_argument("--threshold", type=float, default=0.5, help="confidence at which a finding is suspicious")
+    p.add_argument("--threshold", type=_positive_float, default=0.5, help="confidence at which a finding is suspicious")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    p.add_argument("--dsnr-batch", type=int, default=16, help="with --model: examples of --data for SEER's D-SNR "
+    p.add_argument("--dsnr-batch", type=_int_type(0, MAX_SAMPLES), default=16, help="with --model: examples of --data for SEER's D-SNR "
                    "check (0 skips it)")
     p.set_defaults(func=cmd_inspect)
 

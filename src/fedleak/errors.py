@@ -33,39 +33,3 @@ def check_options(kind: str, given: dict, allowed: Iterable[str]) -> None:
             f"unknown option(s) {', '.join(map(repr, extra))} for {kind}; "
             f"allowed: {', '.join(sorted(allowed))}"
         )
-
-
-def check_int(value: object, what: str, minimum: int = 0, maximum: "int | None" = None) -> int:
-    """``value`` as an int in ``[minimum, maximum]``; bools, floats and strings are refused.
-
-    The upper bounds stop absurd sizes (``num_clients: 1e20``) before any memory is spent.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
-            value = int(value)  # YAML's 1e3 is a float; accept whole numbers
-        else:
-            raise FedleakError(f"{what} must be an integer, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        span = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
-        raise FedleakError(f"{what} must be an integer {span}, got {value!r}")
-    return int(value)
-
-
-def check_number(value: object, what: str, *, positive: bool = False, minimum: "float | None" = None) -> float:
-    """``value`` as a finite float (> 0 when ``positive``, >= ``minimum`` when given); bools refused."""
-    import math
-
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise FedleakError(f"{what} must be a finite number, got {value!r}")
-    if positive and value <= 0:
-        raise FedleakError(f"{what} must be positive, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise FedleakError(f"{what} must be at least {minimum}, got {value!r}")
-    return float(value)
-
-
-def check_bool(value: object, what: str) -> bool:
-    """``value`` if it is ``true``/``false`` (YAML booleans), else an error naming ``what``."""
-    if not isinstance(value, bool):
-        raise FedleakError(f"{what} must be true or false, got {value!r}")
-    return value

@@ -26,6 +26,9 @@ class AttackOptions:
 
     seed: int = 0
 
+    #: bounds of options (``fedleak.config.boundary``): seeds span the same range as every other seed
+    BOUNDS: ClassVar[dict] = {"seed": {"le": 2 ** 32 - 1}}  # = fedleak.config.boundary.MAX_SEED
+
 
 class Attack:
     """Base class: subclasses set ``Options`` and implement :meth:`_reconstruct`.
@@ -105,58 +108,23 @@ def auto_label_strategy(option: str, update: Update, num_classes: int, few: str 
 
 
 def make_options(options_cls: type, given: dict, kind: str):
-    """Validate option names (clear error listing allowed ones) and coerce simple types."""
-    names = {f.name: f for f in fields(options_cls)}
+    """The options ``given`` for attack ``kind``, checked by the strict model of ``options_cls``.
+
+    One set of rules and bounds (:mod:`fedleak.config.boundary`): unknown names are listed, integers are
+    integers (``2.5`` refused), booleans are booleans, numbers are finite and within the boundary's bounds.
+    """
+    from ..config.boundary import settings_model, validate
+
+    if not isinstance(given, dict):
+        raise FedleakError(f"options of attack {kind!r} must be a mapping, got {type(given).__name__}")
+    names = {f.name for f in fields(options_cls)}
     check_options(f"attack {kind!r}", given, names)
-    coerced = {}
-    for key, value in given.items():
-        default = getattr(options_cls, key, None) if not isinstance(names[key].default, dataclasses._MISSING_TYPE) else None
-        coerced[key] = _coerce(key, value, default)
-        _check_finite(kind, key, coerced[key])
+    checked = validate(settings_model(options_cls), dict(given), where=f"attack {kind!r} option")
+    values = {k: getattr(checked, k) for k in given}
     try:
-        return options_cls(**coerced)
+        return options_cls(**values)
     except TypeError as exc:
         raise FedleakError(f"invalid options for attack {kind!r}: {exc}") from None
-
-
-#: the largest magnitude of a numeric attack option (beyond it later arithmetic overflows)
-MAX_OPTION_FLOAT, MAX_OPTION_INT = 1e12, 2 ** 53
-
-
-def _check_finite(kind: str, key: str, value: Any) -> None:
-    """Every numeric option (also inside a list) is finite and bounded: NaN, ±Inf, 1e308, 10**30 refused."""
-    for item in value if isinstance(value, (list, tuple)) else (value,):
-        if isinstance(item, bool):
-            continue
-        if isinstance(item, float) and (not math.isfinite(item) or abs(item) > MAX_OPTION_FLOAT) or \
-                isinstance(item, int) and abs(item) > MAX_OPTION_INT:
-            raise FedleakError(f"option {key!r} of attack {kind!r} must be a finite number of magnitude at most "
-                               f"{MAX_OPTION_FLOAT:g} (integers {MAX_OPTION_INT}), got {item!r}")
-
-
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    if default is None or value is None:
-        return value
-    try:
-        if isinstance(default, bool):
-            if isinstance(value, str):
-                if value.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if value.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
-        if isinstance(default, int) and not isinstance(default, bool):
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        if isinstance(default, tuple) and isinstance(value, (list, tuple)):
-            return tuple(value)
-    except (TypeError, ValueError):
-        raise FedleakError(f"option {key!r} expects a {type(default).__name__}, got {value!r}") from None
-    return value
 
 
 @dataclass(frozen=True)

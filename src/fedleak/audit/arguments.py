@@ -69,12 +69,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args) -> AuditConfig:
     """The YAML file (if any), then every flag given on the command line."""
+    from ..config.specs import split_names
+
     base = AuditConfig.from_yaml(args.config) if args.config else AuditConfig()
     given = {k: getattr(args, k) for k in _KEYS if getattr(args, k, None) is not None}
     if args.defense:
         given["defense"] = tuple(args.defense)
-    if args.attacks:
-        given["attacks"] = tuple(a.strip() for a in args.attacks.split(",") if a.strip())
+    if args.attacks is not None:
+        given["attacks"] = split_names(args.attacks, "--attacks")
     if args.no_malicious:
         given["malicious"] = False
     from ..config.boundary import settings_model, validate

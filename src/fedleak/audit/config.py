@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Optional
 
-from ..config.boundary import finite_float, settings_model, validate
+from ..config.boundary import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED, finite_float, settings_model, validate
+from ..config.specs import names_tuple, parse_spec, split_names
 from ..errors import FedleakError, check_options, unknown_choice
 from ..fl.accounting import check_privacy
 from ..fl.defenses import Defense
@@ -58,18 +59,26 @@ class Sweep:
         if isinstance(text, dict):
             check_options("sweep", text, ("knob", "values", "meaning", "label"))  # metrics.json's form too
             knob, raw = text.get("knob"), text.get("values")
-            raw = raw if isinstance(raw, (list, tuple)) else str(raw if raw is not None else "").split(",")
-        else:
-            knob, eq, rest = str(text).partition("=")
+            if not isinstance(raw, (list, tuple)):
+                raise FedleakError(f"sweep values must be a list of numbers, got {raw!r}")
+        elif isinstance(text, str):
+            knob, eq, rest = text.partition("=")
             if not eq:
                 raise FedleakError(f"--sweep expects KNOB=V1,V2,..., got {text!r}; knobs: {', '.join(KNOBS)}")
-            raw = rest.split(",")
-        knob = str(knob).strip().replace("-", "_")
+            if not rest.strip():
+                raise FedleakError(f"--sweep {knob.strip()}= has an empty value list; give e.g. {knob.strip()}=1,2,4")
+            raw = [v.strip() for v in rest.split(",")]
+            if "" in raw:
+                raise FedleakError(f"--sweep {text!r} has an empty value (two commas, or a comma at an end)")
+        else:
+            raise FedleakError(f"sweep must be KNOB=V1,V2,... or a mapping with knob and values, got {text!r}")
+        if not isinstance(knob, str):
+            raise FedleakError(f"sweep knob must be a name, got {knob!r}")
+        knob = knob.strip().replace("-", "_")
         if knob not in KNOBS:
             raise unknown_choice("sweep knob", knob, KNOBS)
         cast = KNOBS[knob][0]
-        items = [v.strip() if isinstance(v, str) else v for v in raw]
-        items = [v for v in items if v != ""]
+        items = list(raw)
         if not items:
             raise FedleakError(f"--sweep {knob}= has an empty value list; give e.g. {knob}=1,2,4")
         if len(items) > 1000:
@@ -166,10 +175,10 @@ class AuditConfig:
     #: bounds of numeric keys (``fedleak.config.boundary``); a new key needs only its field above
     #: (typed: ``Optional[int]``, ``bool``, ``str``, ...) and, for a number, its bounds here
     BOUNDS: ClassVar[dict] = {
-        "model_seed": {"le": 2 ** 32 - 1}, "seed": {"le": 2 ** 32 - 1},
-        "samples": {"ge": 1, "le": 1_000_000}, "clients": {"ge": 1, "le": 100_000},
+        "model_seed": {"le": MAX_SEED}, "seed": {"le": MAX_SEED},
+        "samples": {"ge": 1, "le": MAX_SAMPLES}, "clients": {"ge": 1, "le": MAX_CLIENTS},
         "epochs": {"ge": 1, "le": 10_000}, "batch_size": {"ge": 1, "le": 1_000_000},
-        "lr": {"gt": 0, "le": 1e6}, "rounds": {"ge": 1, "le": 10_000_000},
+        "lr": {"gt": 0, "le": MAX_RATE}, "rounds": {"ge": 1, "le": 10_000_000},
         "sample_rate": {"gt": 0, "le": 1}, "delta": {"gt": 0, "lt": 1},
         "bins": {"ge": 1, "le": 100_000}, "iterations": {"ge": 1, "le": 10_000_000},
         "seq_len": {"ge": 2, "le": 65_536}, "lora": {"ge": 1, "le": 4096}, "lora_warmup": {"ge": 0, "le": 1_000_000},
@@ -184,8 +193,16 @@ class AuditConfig:
             object.__setattr__(self, name, getattr(checked, name))
         if not isinstance(self.extra, dict):
             raise FedleakError(f"extra must be a mapping, got {type(self.extra).__name__}")
-        Sweep.parse(self.sweep)  # specs are checked when the config is made, not when the run reaches them
+        if self.attacks is not None:
+            object.__setattr__(self, "attacks", names_tuple(self.attacks, "attacks"))
+        for spec in self.defense:
+            if not spec.strip():
+                raise FedleakError("defense has an empty spec; give e.g. gaussian:0.01 (or none)")
+        sweep = Sweep.parse(self.sweep)  # specs are checked when the config is made, not when the run reaches them
         parse_defenses(self.defense)
+        from .combinations import check_combinations
+
+        check_combinations(self, sweep)
 
     # -- sources ----------------------------------------------------------------------------
     @classmethod
@@ -203,11 +220,12 @@ class AuditConfig:
                 raise FedleakError(f"{where}: no_malicious must be true or false, got {clean['no_malicious']!r}")
             clean["malicious"] = not clean.pop("no_malicious")
         check_options(where, clean, cls.keys())
+        if isinstance(clean.get("defense"), str):
+            clean["defense"] = tuple(x.strip() for x in clean["defense"].split(";"))
+        if isinstance(clean.get("attacks"), str):
+            clean["attacks"] = split_names(clean["attacks"], "attacks")
         for key in ("defense", "attacks"):
-            if isinstance(clean.get(key), str):
-                clean[key] = tuple(s for s in (x.strip() for x in clean[key].split(";" if key == "defense" else ","))
-                                   if s)
-            elif isinstance(clean.get(key), list):
+            if isinstance(clean.get(key), list):
                 clean[key] = tuple(clean[key])
         try:
             return cls(**clean)
@@ -317,19 +335,20 @@ def parse_defenses(specs) -> tuple[Defense, int, dict]:
         kind, _, rest = text.partition(":")
         kind = kind.strip().lower()
         if kind == "secagg":
-            secagg = _integer("secagg K (clients per aggregate)",
-                              finite_float(rest or "x", f"defense {text!r}: secagg K", low=1, high=100_000), 1)
+            _, values = parse_spec(text, "defense", keys=("k",), positional="k", integers=("k",))
+            if "k" not in values:
+                raise FedleakError(f"defense {text!r} needs K, the clients per aggregate: e.g. 'secagg:10'")
+            secagg = _integer("secagg K (clients per aggregate)", values["k"], 1)
+            if secagg > 100_000:
+                raise FedleakError(f"defense {text!r}: secagg K must be at most 100000")
             continue
         if kind == "dp-sgd":
-            keep = []
-            for part in filter(None, (p.strip() for p in rest.split(","))):
-                key, eq, value = part.partition("=")
-                key = key.strip().replace("-", "_")
-                if eq and key in ("rounds", "sample_rate", "delta"):
-                    privacy[key] = finite_float(value, f"defense {text!r}: {key}", low=0, high=1e7)
-                else:
-                    keep.append(part)
-            text = "dp-sgd:" + ",".join(keep)
+            _, values = parse_spec(text, "defense", keys=("clip", "noise", "rounds", "sample_rate", "delta"),
+                                   positional="noise", integers=("rounds",), aliases={"sigma": "noise"})
+            for key in ("rounds", "sample_rate", "delta"):
+                if key in values:
+                    privacy[key] = values.pop(key)
+            text = "dp-sgd:" + ",".join(f"{k}={v!r}" for k, v in values.items())
         parsed = Defense.parse(text)
         if _is_filter(parsed) or _is_filter(defense):  # update-level filters (NVFlare, Flower): one defense at a time
             if (_is_filter(parsed) and (defense.active or _is_filter(defense))) or (_is_filter(defense) and parsed.active):

@@ -105,13 +105,9 @@ def read_weights(path) -> dict:
         raise FedleakError(f"weights file {path} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from ..config.loaders import read_safetensors
 
-        try:
-            return load_file(str(path))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise FedleakError(f"weights file {path} is not a valid safetensors file: {exc}") from None
+        return read_safetensors(path, f"weights file {path}")
     if suffix in (".pt", ".pth"):
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True)

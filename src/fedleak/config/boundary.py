@@ -29,9 +29,18 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from ..errors import FedleakError
 
-#: bounds of numbers that carry none of their own (a value beyond them overflows later arithmetic)
+#: bounds of numbers that carry none of their own (a value beyond them overflows later arithmetic);
+#: every door (CLI flags, YAML, attack options, specs, the Python API) uses these and the named ones below
 MAX_INT = 2 ** 31 - 1
 MAX_FLOAT = 1e12
+#: seeds (torch's generator takes 64 bits; a seed of the CLI, YAML or an attack option fits 32)
+MAX_SEED = 2 ** 32 - 1
+#: clients of one run, samples of one client, rounds of a federation
+MAX_CLIENTS = 100_000
+MAX_SAMPLES = 1_000_000
+MAX_ROUNDS = 100_000
+#: the largest learning rate, defense strength or other positive rate (beyond it float32 updates overflow)
+MAX_RATE = 1e6
 
 _STRICT = ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True)
 
@@ -138,7 +147,7 @@ def _explain(error: dict) -> str:
 
 
 def _short(value) -> str:
-    text = repr(value)
+    text = " ".join(repr(value).split())  # one line, whatever the value's repr
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -178,3 +187,20 @@ def finite_float(value, what: str, *, low: float = -MAX_FLOAT, high: float = MAX
         bound = f"> 0 and <= {high:g}" if positive else f"from {low:g} to {high:g}"
         raise FedleakError(f"{what} must be a number {bound}, got {_short(value)}")
     return number
+
+
+def api_arguments(function: str, **checks) -> None:
+    """Arguments of a public function checked at its door: ``name=(value, type or tuple, what)``.
+
+    A value of the wrong type is one :class:`FedleakError` line naming the function, the argument and
+    what it takes (``client_update(): protocol must be a fedleak.Protocol, got dict``); an ``int`` argument
+    refuses ``bool`` and must lie in ``[0, MAX_SEED]`` (every integer argument of the API is a seed or a count).
+    """
+    for name, (value, kinds, what) in checks.items():
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if ok and isinstance(value, int) and not isinstance(value, bool):
+            ok = 0 <= value <= MAX_SEED
+        if not ok:
+            raise FedleakError(f"{function}(): {name} must be {what}, got {_short(value)} "
+                               f"({type(value).__name__})")

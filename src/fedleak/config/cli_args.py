@@ -14,24 +14,11 @@ from typing import Optional, Sequence
 from ..errors import FedleakError
 
 
-def _parse_value(text: str):
-    """Option values from the command line: YAML scalars (numbers, booleans, lists)."""
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
 def _options(pairs: Optional[Sequence[str]]) -> dict:
-    out = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise FedleakError(f"--option expects KEY=VALUE, got {pair!r}")
-        out[key.strip().replace("-", "_")] = _parse_value(value)
-    return out
+    """``--option KEY=VALUE`` pairs (repeatable) through the one reader, :func:`fedleak.config.specs.parse_pairs`."""
+    from .specs import parse_pairs
+
+    return parse_pairs(pairs, "--option")
 
 
 def _device(name: str) -> str:
@@ -71,11 +58,9 @@ def _dtype(name: str):
 
 # -- argument types (bounds stop absurd sizes before any memory is spent) -------------------------
 
-MAX_CLIENTS = 100_000
-MAX_SAMPLES = 1_000_000
-MAX_SEED = 2 ** 32 - 1
-#: the largest value of a positive float flag (--lr 1e308 would overflow the update, not name the flag)
-MAX_FLOAT = 1e6
+from .boundary import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED  # noqa: E402  (one set of bounds)
+
+MAX_FLOAT = MAX_RATE  # the largest value of a positive float flag (--lr 1e308 would overflow the update)
 
 
 def _int_type(minimum: int, maximum: int):
@@ -100,6 +85,17 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not (math.isfinite(value) and 0 < value <= MAX_FLOAT):
         raise argparse.ArgumentTypeError(f"expected a positive finite number up to {MAX_FLOAT:g}, got {text!r}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    """A finite number from 0 to :data:`MAX_CLIENTS` (GPUs per job may be a fraction; NaN and inf refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_CLIENTS):
+        raise argparse.ArgumentTypeError(f"expected a finite number from 0 to {MAX_CLIENTS}, got {text!r}")
     return value
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import FedleakError, check_int, check_options
+from ..errors import FedleakError, check_options
 from .schema import (DATA_KEYS, MAX_SEED, METRIC_KEYS, MODEL_KEYS, OVERRIDABLE, QUICK_KEYS, SETTING_KEYS, TOP_KEYS,
                      VARIANT_KEYS, ExperimentConfig, Setting, Variant)
 from .validation import (_check_data, _check_metrics, _check_model, _check_sections, _checked_keys, _mapping,
@@ -26,7 +26,9 @@ def parse_config(raw: dict, source: str = "config") -> ExperimentConfig:
     for key in ("name", "description"):
         if key in raw and not isinstance(raw[key], (str, int, float)):
             raise FedleakError(f"{source}: {key} must be a string, got {raw[key]!r}")
-    attack_seed = check_int(raw.get("attack_seed", 0), f"{source}: attack_seed", 0, MAX_SEED)
+    attack_seed = raw.get("attack_seed", 0)
+    if isinstance(attack_seed, bool) or not isinstance(attack_seed, int) or not 0 <= attack_seed <= MAX_SEED:
+        raise FedleakError(f"{source}: attack_seed must be an integer from 0 to {MAX_SEED}, got {attack_seed!r}")
     paper = _mapping(raw.get("paper"), f"{source}: paper")
     variants = _parse_variants(raw.get("variants"), source)
     settings = _parse_settings(raw.get("settings"), source, [v.name for v in variants])

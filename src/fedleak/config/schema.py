@@ -24,10 +24,7 @@ VARIANT_KEYS = ("attack", "options", "model", "protocol", "defense", "threat", "
 OVERRIDABLE = ("data", "model", "protocol", "defense", "threat", "rounds")
 QUICK_KEYS = ("data", "variant_options", "model", "settings", "variants")
 
-MAX_CLIENTS = 100_000
-MAX_SAMPLES = 1_000_000
-MAX_SEED = 2 ** 32 - 1
-MAX_ROUNDS = 100_000
+from .boundary import MAX_CLIENTS, MAX_ROUNDS, MAX_SAMPLES, MAX_SEED  # noqa: E402,F401  (one set of bounds)
 MAX_CONFIG_BYTES = 10_000_000
 SPLITS = ("train", "test")
 

@@ -1,16 +1,23 @@
 """Type and bound checks of config sections: one :class:`FedleakError` line naming the key.
 
+The sections ``data``, ``model``, ``metrics`` and ``rounds`` are strict pydantic models with the bounds of
+:mod:`fedleak.config.boundary` (the same rules as the audit's settings and attack options: ``2.5`` or
+``"4"`` for a count, ``"false"`` for a boolean, NaN for a number are refused, naming ``data.num_clients``).
+
 Used for the base sections, every setting/variant override and ``quick:`` alike, so that a typo
 fails before the first job runs.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Literal, Optional, Union
 
-from ..errors import FedleakError, check_bool, check_int, check_number, check_options, unknown_choice
+from pydantic import BeforeValidator, ConfigDict, Field, create_model
+
+from ..errors import FedleakError, check_options, unknown_choice
 from ..fl.defenses import Defense
 from ..types import Protocol
+from .boundary import MAX_FLOAT, _no_nul, validate
 from .schema import (DATA_KEYS, MAX_CLIENTS, MAX_ROUNDS, MAX_SAMPLES, MAX_SEED, MODEL_KEYS, ROUNDS_KEYS, SPLITS,
                      THREAT_LABELS)
 
@@ -46,45 +53,57 @@ def _protocol(values: dict, what: str) -> Protocol:
         raise FedleakError(f"{what}: {exc}") from None
 
 
+def _count(low: int, high: int):
+    return Annotated[int, Field(strict=True, ge=low, le=high)]
+
+
+_NAME = Annotated[str, Field(strict=True, min_length=1, max_length=10_000), BeforeValidator(_no_nul)]
+_STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+def _section_model(section: str, **fields):
+    """A strict model of one section, wrapped so that errors name ``section.key`` (``data.num_clients``)."""
+    inner = create_model(f"{section.title()}Section", __config__=_STRICT,
+                         **{k: (v, None) for k, v in fields.items()})
+    return create_model(f"{section.title()}Wrapper", __config__=_STRICT, **{section: (inner, ...)})
+
+
+#: the typed sections of an experiment file (the bounds of :mod:`fedleak.config.boundary`)
+_DATA = _section_model("data", dataset=_NAME, root=Optional[_NAME], num_clients=_count(1, MAX_CLIENTS),
+                       samples_per_client=Optional[_count(1, MAX_SAMPLES)], seed=_count(0, MAX_SEED),
+                       split=Literal[SPLITS], options=Optional[dict], first_client=_count(0, MAX_CLIENTS - 1))
+_MODEL = _section_model("model", name=_NAME, seed=_count(0, MAX_SEED), options=Optional[dict],
+                        train_rounds=_count(0, MAX_ROUNDS), train_clients_per_round=_count(1, MAX_CLIENTS),
+                        train_protocol=dict)
+_METRICS = _section_model("metrics", threshold=Optional[Annotated[float, Field(strict=True, allow_inf_nan=False,
+                                                                              ge=-MAX_FLOAT, le=MAX_FLOAT)]],
+                          clip=bool, lpips=Union[bool, _NAME], save_images=bool)
+_ROUNDS = _section_model("rounds", epochs=_count(1, MAX_ROUNDS), samples_per_round=Optional[_count(1, MAX_SAMPLES)])
+
+
+def _typed(model, section: str, values: dict, where: str) -> None:
+    """``values`` of ``section`` checked by its strict model; the first problem as one line."""
+    for key, value in values.items():  # a key set to null is "not given" only where the schema says Optional
+        if value is None and key in ("dataset", "num_clients", "seed", "split", "name", "train_rounds",
+                                     "train_clients_per_round", "clip", "save_images", "epochs", "lpips"):
+            raise FedleakError(f"{where}: {section}.{key} must not be null")
+    validate(model, {section: values}, where=where)
+
+
 def _check_data(data: dict, where: str) -> None:
     """Types and bounds of a ``data`` section (base, setting override or ``quick.data``)."""
-    checks = {
-        "dataset": lambda v, w: _text(v, w),
-        "root": lambda v, w: _text(v, w, optional=True),
-        "num_clients": lambda v, w: check_int(v, w, 1, MAX_CLIENTS),
-        "samples_per_client": lambda v, w: v is None or check_int(v, w, 1, MAX_SAMPLES),
-        "seed": lambda v, w: check_int(v, w, 0, MAX_SEED),
-        "split": lambda v, w: v in SPLITS or _raise(unknown_choice(w, v, SPLITS)),
-        "options": _mapping,
-        "first_client": lambda v, w: check_int(v, w, 0, MAX_CLIENTS - 1),
-    }
-    for key, value in data.items():
-        checks[key](value, f"{where}: data.{key}")
+    _typed(_DATA, "data", data, where)
 
 
 def _check_model(model: dict, where: str) -> None:
-    checks = {
-        "name": lambda v, w: _text(v, w),
-        "seed": lambda v, w: check_int(v, w, 0, MAX_SEED),
-        "options": _mapping,
-        "train_rounds": lambda v, w: check_int(v, w, 0, MAX_ROUNDS),
-        "train_clients_per_round": lambda v, w: check_int(v, w, 1, MAX_CLIENTS),
-        "train_protocol": lambda v, w: _protocol(_checked_keys(v, w, tuple(Protocol().to_json())), w),
-    }
-    for key, value in model.items():
-        checks[key](value, f"{where}: model.{key}")
+    _typed(_MODEL, "model", model, where)
+    if "train_protocol" in model:
+        w = f"{where}: model.train_protocol"
+        _protocol(_checked_keys(model["train_protocol"], w, tuple(Protocol().to_json())), w)
 
 
 def _check_metrics(metrics: dict, where: str) -> None:
-    checks = {
-        "threshold": lambda v, w: v is None or check_number(v, w),
-        "clip": check_bool,
-        "lpips": lambda v, w: isinstance(v, (bool, str)) or _raise(
-            FedleakError(f"{w} must be true, false or a weights file path, got {v!r}")),
-        "save_images": check_bool,
-    }
-    for key, value in metrics.items():
-        checks[key](value, f"{where}: metrics.{key}")
+    _typed(_METRICS, "metrics", metrics, where)
 
 
 def _checked_keys(value, what: str, allowed) -> dict:
@@ -124,9 +143,4 @@ def _check_sections(section: dict, where: str) -> None:
         if threat.get("labels", "none") not in THREAT_LABELS:
             raise unknown_choice("threat.labels", threat.get("labels"), THREAT_LABELS)
     if "rounds" in section:
-        rounds = _section(section, "rounds", ROUNDS_KEYS, where)
-        epochs, per_round = rounds.get("epochs", 1), rounds.get("samples_per_round")
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise FedleakError(f"{where}: rounds.epochs must be a positive integer, got {epochs!r}")
-        if per_round is not None and (isinstance(per_round, bool) or not isinstance(per_round, int) or per_round < 1):
-            raise FedleakError(f"{where}: rounds.samples_per_round must be a positive integer, got {per_round!r}")
+        _typed(_ROUNDS, "rounds", _section(section, "rounds", ROUNDS_KEYS, where), where)

@@ -9,10 +9,10 @@ that is not a non-negative integer, a folder without text files.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
+from ..config.json_safe import loads_bounded
 from ..errors import FedleakError
 
 SUFFIXES = (".txt", ".jsonl")
@@ -62,10 +62,7 @@ def read_jsonl(path: Path, text_field: str, label_field: Optional[str]) -> list[
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise FedleakError(f"{where}: not valid JSON ({str(exc).splitlines()[0][:100]})") from None
+        obj = loads_bounded(line.encode("utf-8"), where)  # the one JSON reader: depth, NaN, size bounded
         if not isinstance(obj, dict):
             raise FedleakError(f"{where}: each line must be a JSON object, got {type(obj).__name__}")
         if text_field not in obj:

@@ -323,8 +323,17 @@ def client_update(
     the client weights θᶜ for FedAvg. The batch order and the defense noise come from a
     generator seeded with ``seed`` (on the data's device), so the update is reproducible.
     """
-    if not isinstance(data, ClientData):
-        raise FedleakError(f"client_update needs a fedleak.ClientData, got {type(data).__name__}")
+    from ..config.boundary import api_arguments
+
+    api_arguments("client_update", model=(model, nn.Module, "a torch.nn.Module (build one with fedleak.models.build)"),
+                  data=(data, ClientData, "a fedleak.ClientData"),
+                  protocol=(protocol, Protocol, "a fedleak.Protocol, e.g. Protocol('fedavg', 1, 5, 0.004)"),
+                  seed=(seed, int, f"an integer from 0 to {2 ** 32 - 1}"),
+                  metadata=(metadata, (dict, type(None)), "a mapping or None"))
+    meta = [n for n, p in model.named_parameters() if p.is_meta]
+    if meta:
+        raise FedleakError(f"client_update(): the model's parameters are on the meta device (no values), e.g. "
+                           f"{meta[0]!r}; build it with real tensors")
     defense = Defense.parse(defense)
     update_filter = defense if isinstance(defense, UpdateFilter) else None  # acts on the whole update (below)
     defense = Defense() if update_filter is not None else defense

@@ -36,7 +36,7 @@ _PAPER_NAMES = {"dp_gaussian": "gaussian", "dp_laplacian": "laplacian", "random_
 
 
 #: the largest defense strength or clipping norm (beyond it noise overflows float32)
-MAX_STRENGTH = 1e6
+MAX_STRENGTH = 1e6  # = fedleak.config.boundary.MAX_RATE
 #: the largest clipping norm (a norm that never binds, e.g. 1e9, is allowed; 1e308 overflows the norms)
 MAX_CLIP = 1e12
 
@@ -99,41 +99,35 @@ class Defense:
 
     @classmethod
     def _parse_text(cls, text: str) -> "Defense":
+        """The spec split by :func:`fedleak.config.specs.parse_spec` (one set of rules for every spec)."""
+        from ..config.specs import parse_spec
+        from .update_filters import FILTER_KINDS, SPECS, UpdateFilter  # update-level defenses (NVFlare, Flower)
+
         if text in ("", "none"):
             return cls()
-        match = re.fullmatch(r"(dp_gaussian|dp_laplacian|random_pruning)_([0-9.eE+-]+)", text)
+        match = re.fullmatch(r"(dp_gaussian|dp_laplacian|random_pruning)_(.*)", text)
         if match:
-            try:
-                number = float(match.group(2))
-            except ValueError:
-                raise FedleakError(f"cannot parse defense {text!r}: {match.group(2)!r} is not a number") from None
-            return cls(_PAPER_NAMES[match.group(1)], number)
-        kind, _, rest = text.partition(":")
-        kind = kind.strip().lower()
-        from .update_filters import FILTER_KINDS, UpdateFilter  # update-level defenses (NVFlare, Flower)
-
+            text = f"{_PAPER_NAMES[match.group(1)]}:{match.group(2)}"
+        kind = text.partition(":")[0].strip().lower()
         if kind in FILTER_KINDS:
-            return UpdateFilter.parse(text)
-        if kind not in KINDS:
+            integers = [k for k in ("clients", "adaptive") if k in SPECS[kind]]
+            _, values = parse_spec(text, "defense", keys=tuple(SPECS[kind]), integers=integers)
+            return UpdateFilter.parse(f"{kind}:" + ",".join(f"{k}={v!r}" for k, v in values.items()))
+        if kind not in KINDS or kind == "none":
             raise FedleakError(f"unknown defense {kind!r} in {text!r}; allowed: {', '.join(KINDS + FILTER_KINDS)}")
-        scale, clip = 0.0, None
-        for part in filter(None, (p.strip() for p in rest.split(","))):
-            key, eq, value = part.partition("=")
-            key = key.strip() if eq else ("noise" if kind == "dp-sgd" else "scale")
-            value = value if eq else part
-            try:
-                number = float(value)
-            except ValueError:
-                raise FedleakError(f"cannot parse defense {text!r}: {part!r} is not a number; use e.g. "
-                                   "'gaussian:0.01', 'dp_laplacian_0.02' or 'dp-sgd:clip=1,noise=0.5'") from None
-            if key == "clip":
-                clip = number
-            elif key in ("scale", "noise", "sigma", "b", "p"):
-                scale = number
-            else:
-                raise FedleakError(f"unknown key {key!r} in defense {text!r}; allowed: clip, noise (dp-sgd), "
-                                   "or a bare strength")
-        return cls(kind, scale, clip)
+        if kind == "dp-sgd":
+            _, values = parse_spec(text, "defense", keys=("clip", "noise"), positional="noise",
+                                   aliases={"sigma": "noise"})
+            missing = [k for k in ("clip", "noise") if k not in values]
+            if missing:
+                raise FedleakError(f"defense {text!r} needs {' and '.join(k + '=' for k in missing)}: "
+                                   "use e.g. 'dp-sgd:clip=1,noise=0.5' (noise=0: clipping only)")
+            return cls(kind, values["noise"], values["clip"])
+        _, values = parse_spec(text, "defense", keys=("scale", "clip"), positional="scale",
+                               aliases={"sigma": "scale", "b": "scale", "p": "scale", "noise": "scale"})
+        if "scale" not in values:
+            raise FedleakError(f"defense {text!r} has no strength; use e.g. '{kind}:0.01'")
+        return cls(kind, values["scale"], values.get("clip"))
 
     def to_text(self) -> str:
         """The spec :meth:`parse` reads back (``"none"``, ``"gaussian:0.01"``, ``"dp-sgd:clip=1,noise=0.5"``)."""

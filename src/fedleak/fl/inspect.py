@@ -2,8 +2,9 @@
 
 A malicious server can ship a model built to leak (Fowl et al., "Robbing the Fed", ICLR 2022;
 Boenisch et al., "When the Curious Abandon Honesty", 2021). Before training on it, a client can
-look at the weights alone — no architecture, no parameter names (an attacker renames freely) —
-for the structures those attacks need:
+look at the weights alone — no architecture, no parameter names (an attacker renames freely), either
+orientation of a matrix (a layer may store its rows as columns), any order of rows and columns — for
+the structures those attacks need:
 
 * ``imprint-rows`` (Fowl et al. §3.3, §4.2–4.3): a linear layer whose rows all measure *one*
   linear function h(x) = ⟨u, x⟩ of their input, with different biases, so that each row fires on
@@ -18,6 +19,8 @@ for the structures those attacks need:
   negative entries per row varies like a binomial proportion; trap rows vary far less. Test: the
   lower tail of the χ² statistic (k−1)·s²/(p̂(1−p̂)/m) of the per-row shares with k−1 degrees of
   freedom; confidence = 1 − p.
+* ``fishing`` (Wen et al. 2022, :mod:`.inspect_fishing`): a classifier whose rows or biases single out
+  one class, or whose rows rest on one feature, far beyond what trained or initialized classifiers show.
 * ``linearized-convolution`` (Fowl et al. App. A.5): a convolution whose kernel is all zeros or
   a Dirac identity — the layers in front of a deep imprint block are made near-identity maps.
   Supporting evidence only (confidence 0.4, below the default threshold): honest initializations
@@ -220,8 +223,8 @@ def inspect_state(state: Mapping[str, torch.Tensor], threshold: float = DEFAULT_
         if tensor.dim() == 2:
             checked += 1
             following = entries[index + 1][1] if index + 1 < len(entries) else None
-            found = imprint_rows(name, tensor, _bias_for(name, tensor.shape[0], state, following))
-            found = found or trap_weights(name, tensor)
+            found = _imprint_any_orientation(name, tensor, state, following)
+            found = found or trap_weights(name, tensor) or trap_weights(name, tensor.T)
         elif tensor.dim() == 4:
             checked += 1
             found = linearized_convolution(name, tensor)
@@ -229,7 +232,28 @@ def inspect_state(state: Mapping[str, torch.Tensor], threshold: float = DEFAULT_
             continue
         if found is not None:
             findings.append(found)
+    from .inspect_fishing import fishing_finding
+
+    fishing = fishing_finding(state)
+    if fishing is not None:
+        findings.append(fishing)
     return Inspection(tuple(findings), checked, float(threshold))
+
+
+def _imprint_any_orientation(name: str, tensor: torch.Tensor, state: Mapping[str, torch.Tensor],
+                             following: Optional[torch.Tensor]) -> Optional[Finding]:
+    """The parallel-rows test on the weight as stored and, if that finds no bins, transposed (a layer
+    computing ``x @ W`` stores its rows as columns); the bias is the one named like the weight or the
+    next entry, of either dimension's length (names and orientation are the attacker's to choose)."""
+    best = None
+    for weight, label in ((tensor, name), (tensor.T, f"{name} (transposed)")):
+        bias = _bias_for(name, weight.shape[0], state, following)
+        found = imprint_rows(label, weight, bias)
+        if found is not None and (best is None or found.confidence > best.confidence):
+            best = found
+        if best is not None and best.confidence > NOT_BINS_CONFIDENCE:
+            break
+    return best
 
 
 def inspect_model(model: nn.Module, threshold: float = DEFAULT_THRESHOLD) -> Inspection:
@@ -241,18 +265,14 @@ def inspect_model(model: nn.Module, threshold: float = DEFAULT_THRESHOLD) -> Ins
 
 def load_state(path) -> dict[str, torch.Tensor]:
     """Tensors of a ``.safetensors`` file (never unpickles)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from ..config.loaders import read_safetensors
 
     path = Path(path)
     if not path.is_file():
         raise FedleakError(f"model file {str(path)!r} does not exist")
     if path.suffix != ".safetensors":
         raise FedleakError(f"{str(path)!r}: fedleak inspect reads .safetensors files (never pickles)")
-    try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FedleakError(f"{str(path)!r} is not a readable safetensors file: {str(exc).splitlines()[0]}") from None
+    state = read_safetensors(path, f"{str(path)!r} is not a readable safetensors file")
     if not state:
         raise FedleakError(f"{str(path)!r} holds no tensors")
     return state

@@ -28,7 +28,7 @@ from ..config import ExperimentConfig, Setting, Variant
 from ..errors import FedleakError
 from .execution import LocalExecutor
 from ..fl import Defense, batch_schedule, client_rounds, client_update
-from .job_files import RECORD_METRICS, data_digest, job_hash, job_path, keep_aside, reusable, write_json
+from .job_files import RECORD_METRICS, data_digest, job_hash, job_path, keep_aside, reusable, sealed, write_json
 from .naming import check_distinct
 from .progress import _Progress, interrupted_message
 from .run_report import write_outputs
@@ -204,7 +204,7 @@ class Runner:
             record, why = reusable(job.path, job.hash)
             if record is not None:
                 if record.get("config_hash") != stamp:  # the same job, claimed by this configuration too
-                    write_json(job.path, {**record, "config_hash": stamp})
+                    write_json(job.path, sealed({**record, "config_hash": stamp}))
                 continue
             if why:
                 kept = keep_aside(job.path)
@@ -222,7 +222,7 @@ class Runner:
                 if result["image"] is not None:
                     job.path.parent.mkdir(parents=True, exist_ok=True)
                     result["image"].save(job.path.with_suffix(".png"))
-                write_json(job.path, {**result["record"], "config_hash": stamp})
+                write_json(job.path, sealed({**result["record"], "config_hash": stamp}))
                 progress.finished(job, result["record"])
         except KeyboardInterrupt:
             progress.close()

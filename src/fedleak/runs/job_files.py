@@ -3,13 +3,15 @@
 A job file ``OUT/jobs/<setting>/<variant>/<client>.json`` (names through
 :func:`fedleak.runs.naming.file_name`) is written atomically (temporary file, then rename), so a
 killed run leaves either the whole record or none. On resume a file is reused only if it parses,
-holds every field of a finished record and carries the ``job_hash`` of the job as configured now
-(:func:`job_hash`); anything else is renamed to ``<client>.json.stale[-N]`` (never deleted) and the
+holds every field of a finished record with its type (the strict schema :func:`_record_model`: an edited
+``"psnr": "high"`` is refused), matches its own ``record_digest`` (written with it: content edited by hand
+is refused) and carries the ``job_hash`` of the job as configured now (:func:`job_hash`); anything else is renamed to ``<client>.json.stale[-N]`` (never deleted) and the
 job runs again.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -77,6 +79,48 @@ def write_json(path: Path, payload: dict) -> None:
     tmp.replace(path)
 
 
+_NUMBER_KEYS = ("mse", "psnr", "ssim", "lpips", "iip", "rec_percent", "threshold", "label_count_error",
+                "label_accuracy", "rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy")
+
+
+@functools.lru_cache(maxsize=1)
+def _record_model():
+    """The strict schema of a job record (:mod:`fedleak.config.boundary`): what a resumed run and the
+    report read back is typed exactly as :meth:`Runner.compute` wrote it; other keys pass."""
+    from typing import Annotated, Union
+
+    from pydantic import ConfigDict, Field, create_model
+
+    from ..config.boundary import MAX_FLOAT, MAX_INT
+
+    name = (Annotated[str, Field(strict=True, min_length=1, max_length=10_000)], ...)
+    count = Annotated[int, Field(strict=True, ge=0, le=MAX_INT)]
+    number = Optional[Union[Annotated[int, Field(strict=True)],
+                            Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-MAX_FLOAT, le=MAX_FLOAT)]]]
+    fields = {"setting": name, "variant": name, "attack": name, "client": (Union[name[0], count], ...),
+              "client_index": (count, ...), "num_samples": (count, ...),
+              "seconds": (Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)], ...),
+              "job_hash": name, "config_hash": (Optional[str], None), "record_digest": (Optional[str], None),
+              "num_inputs": (Optional[count], None), "num_reconstructed": (Optional[count], None),
+              "psnr_per_input": (Optional[list[number]], None), "ssim_per_input": (Optional[list[number]], None),
+              "protocol": (Optional[dict], None), "rounds": (Optional[dict], None),
+              "attack_extras": (Optional[dict], None), "threat": (Optional[str], None),
+              **{k: (number, None) for k in _NUMBER_KEYS}}
+    return create_model("JobRecord", __config__=ConfigDict(strict=True, extra="allow"), **fields)
+
+
+def record_digest(record: dict) -> str:
+    """SHA-256 of a record's content (canonical JSON; ``config_hash`` and the digest itself left out)."""
+    body = {k: v for k, v in finite(record).items() if k not in ("config_hash", "record_digest")}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_jsonable)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def sealed(record: dict) -> dict:
+    """``record`` with its :func:`record_digest`, as written to a job file."""
+    return {**record, "record_digest": record_digest(record)}
+
+
 def read_record(path: Path) -> tuple[Optional[dict], str]:
     """``(record, "")`` for a finished, well-formed job file, else ``(None, why)``."""
     from ..config.json_safe import read_json_file
@@ -91,6 +135,15 @@ def read_record(path: Path) -> tuple[Optional[dict], str]:
     missing = [k for k in REQUIRED_FIELDS if k not in record]
     if missing:
         return None, f"incomplete (no {', '.join(missing)})"
+    from ..config.boundary import validate
+
+    try:
+        validate(_record_model(), record, where="job record")
+    except FedleakError as exc:
+        return None, f"not a valid record ({exc})"
+    digest = record.get("record_digest")
+    if digest is not None and digest != record_digest(record):
+        return None, "edited after it was written (its record_digest does not match its content)"
     return record, ""
 
 

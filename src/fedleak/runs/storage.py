@@ -30,15 +30,11 @@ def save_tensors(path: Path, groups: dict[str, Optional[Params]]) -> None:
 
 
 def load_tensors(path: Path) -> dict[str, Params]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from ..config.loaders import read_safetensors
 
     if not path.is_file():
         raise FedleakError(f"missing file {path}")
-    try:
-        flat = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise FedleakError(f"corrupt safetensors file {path}: {exc}") from None
+    flat = read_safetensors(path, f"corrupt safetensors file {path}")
     groups: dict[str, Params] = {}
     for key, tensor in flat.items():
         if "/" not in key:

@@ -44,6 +44,9 @@ class Update:
             raise FedleakError(f"num_samples must be an integer from 1 to {MAX_SAMPLES}, got {self.num_samples!r}")
         if not isinstance(self.metadata, dict):
             raise FedleakError(f"Update.metadata must be a mapping, got {type(self.metadata).__name__}")
+        from .metadata import check_metadata
+
+        check_metadata(self.metadata)
         if (self.client_params is None) == (self.gradient is None):
             raise FedleakError("an Update holds exactly one of client_params (FedAvg) or gradient (FedSGD)")
         result = self.client_params if self.client_params is not None else self.gradient
@@ -115,6 +118,11 @@ class Update:
 
     @classmethod
     def load(cls, directory) -> "Update":
+        import os
+
+        if isinstance(directory, bool) or not isinstance(directory, (str, os.PathLike)) or not str(directory) \
+                or "\x00" in str(directory):
+            raise FedleakError(f"Update.load(): directory must be a path to an update folder, got {directory!r}")
         directory = Path(directory)
         if not directory.exists():
             raise FedleakError(f"missing update directory {directory}")
@@ -134,6 +142,9 @@ class Update:
         metadata = meta.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise FedleakError(f"{where}: metadata must be a JSON object, got {type(metadata).__name__}")
+        from .metadata import check_metadata
+
+        check_metadata(metadata, f"{where}: metadata")
         if "spec" in metadata:  # checked here so `fedleak attack` fails before building a model
             try:
                 DataSpec.from_json(metadata["spec"])

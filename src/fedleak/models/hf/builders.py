@@ -16,11 +16,11 @@ refused. Config-built models draw their random weights from the torch RNG that
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Optional
 
+from ...config.loaders import FLOATING, read_config_json, safetensors_header, translated
 from ...data import tokenizers as toks
 from ...errors import FedleakError
 from ...types import DataSpec
@@ -97,18 +97,57 @@ def from_config(name: str, spec: DataSpec, tokenizer=None) -> HFTextModel:
     return HFTextModel(hf, "causal-lm", tok, pad, name=name)
 
 
+#: parameter-name prefixes of the classification head a classifier gets new (an encoder folder has none)
+HEAD_PREFIXES = ("classifier.", "score.")
+
+
+def _check_shapes(folder: Path, config, auto, *, new_head: bool) -> None:
+    """The architecture config.json describes, built on the meta device (no memory), against the
+    shapes in the safetensors headers: a mismatch is named before transformers reads a byte."""
+    import torch
+
+    tf = transformers_module()
+    with translated(f"--model {folder} (config.json)"), torch.device("meta"):
+        skeleton = getattr(tf, auto).from_config(config, trust_remote_code=False)
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    prefix = getattr(skeleton, "base_model_prefix", "") + "."
+    for file in sorted(folder.glob("*.safetensors")):
+        for name, (_, shape) in safetensors_header(file).items():
+            key = name if name in expected else (prefix + name if prefix + name in expected else None)
+            if key is None or (new_head and key.startswith(HEAD_PREFIXES)):
+                continue
+            if expected[key] != shape:
+                raise FedleakError(f"{file}: tensor {name!r} has shape {list(shape)} but config.json's architecture "
+                                   f"needs {list(expected[key])}")
+
+
+def _loaded(load, folder: Path, *, new_head: bool):
+    """Call a ``from_pretrained`` ``load`` (translated errors) and refuse what transformers would
+    silently paper over: weights missing for a parameter (randomly initialized) or of another shape."""
+    with translated(f"--model {folder}"):
+        hf, info = load()
+    missing = [k for k in info.get("missing_keys", ()) if not (new_head and k.startswith(HEAD_PREFIXES))]
+    mismatched = [str(k[0] if isinstance(k, (tuple, list)) else k) for k in info.get("mismatched_keys", ())]
+    if missing or mismatched:
+        kind, names = ("has no weights for", missing) if missing else ("holds weights of the wrong shape for", mismatched)
+        raise FedleakError(f"--model {folder}: *.safetensors {kind} {len(names)} parameter(s) of config.json's "
+                           f"architecture, e.g. {sorted(names)[0]!r}; fedleak never audits randomly initialized weights")
+    return hf
+
+
 def _classifier(path: Path, spec: DataSpec, name: str) -> "object":
     tf = transformers_module()
     if spec.num_classes < 2:
         raise FedleakError(f"a classifier needs at least 2 labels, the data has {spec.num_classes}")
-    config = tf.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False,
-                                           num_labels=int(spec.num_classes))
+    with translated(f"--model {path} (config.json)"):
+        config = tf.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False,
+                                               num_labels=int(spec.num_classes))
     _no_dropout(config)
     config.problem_type = "single_label_classification"
-    hf = tf.AutoModelForSequenceClassification.from_pretrained(
+    _check_shapes(path, config, "AutoModelForSequenceClassification", new_head=True)
+    return _loaded(lambda: tf.AutoModelForSequenceClassification.from_pretrained(
         str(path), config=config, local_files_only=True, trust_remote_code=False, use_safetensors=True,
-        attn_implementation="eager")
-    return hf
+        attn_implementation="eager", output_loading_info=True), path, new_head=True)
 
 
 def minilm(spec: DataSpec) -> HFTextModel:
@@ -138,12 +177,7 @@ def check_folder(folder) -> tuple[Path, dict]:
     if not cfg_file.is_file():
         raise FedleakError(f"--model {folder}: no config.json (a model folder needs config.json, *.safetensors "
                            f"and tokenizer.json)")
-    try:
-        config = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise FedleakError(f"{cfg_file}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
-    if not isinstance(config, dict):
-        raise FedleakError(f"{cfg_file}: must hold a JSON object")
+    config = read_config_json(cfg_file)  # strict JSON: NaN, Infinity and deep nesting refused, naming the file
     if "auto_map" in config or config.get("trust_remote_code"):
         raise FedleakError(f"{cfg_file}: 'auto_map' asks for the folder's own Python code; fedleak never runs "
                            f"remote code (trust_remote_code)")
@@ -151,6 +185,14 @@ def check_folder(folder) -> tuple[Path, dict]:
         bins = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
         hint = f" ({', '.join(bins[:2])} are pickles, which fedleak does not load)" if bins else ""
         raise FedleakError(f"--model {folder}: no *.safetensors weights{hint}")
+    for file in sorted(folder.glob("*.safetensors")):  # checked before transformers reads them; never cast
+        header = safetensors_header(file)
+        odd = [f"{n} ({d})" for n, (d, _) in header.items() if d not in FLOATING]
+        if odd:
+            raise FedleakError(f"{file}: weights must be floating point (F16, BF16, F32, F64), got {odd[0]}; "
+                               "fedleak does not cast quantized or integer weights")
+        if not header:
+            raise FedleakError(f"{file}: holds no tensors")
     tf = transformers_module()
     model_type = config.get("model_type")
     if model_type not in tf.CONFIG_MAPPING:
@@ -173,11 +215,13 @@ def from_folder(folder, spec: DataSpec, tokenizer=None) -> HFTextModel:
     task = _folder_task(config, folder)
     tf = transformers_module()
     if task == "causal-lm":
-        config = tf.AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+        with translated(f"--model {folder} (config.json)"):
+            config = tf.AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
         _no_dropout(config)
-        hf = tf.AutoModelForCausalLM.from_pretrained(str(folder), config=config, local_files_only=True,
-                                                     trust_remote_code=False, use_safetensors=True,
-                                                     attn_implementation="eager")
+        _check_shapes(folder, config, "AutoModelForCausalLM", new_head=False)
+        hf = _loaded(lambda: tf.AutoModelForCausalLM.from_pretrained(
+            str(folder), config=config, local_files_only=True, trust_remote_code=False, use_safetensors=True,
+            attn_implementation="eager", output_loading_info=True), folder, new_head=False)
     else:
         hf = _classifier(folder, spec, str(folder))
     rows = int(hf.get_input_embeddings().weight.shape[0])

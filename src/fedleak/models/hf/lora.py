@@ -60,6 +60,14 @@ def add_lora(model: HFTextModel, rank: int) -> HFTextModel:
     if model_type not in TARGETS:
         raise FedleakError(f"--lora: no attention projections known for model type {model_type!r}; "
                            f"known: {', '.join(TARGETS)}")
+    widths = [(name, min(m.weight.shape)) for name, m in model.hf.named_modules()
+              if name.rsplit(".", 1)[-1] in TARGETS[model_type] and getattr(m, "weight", None) is not None
+              and m.weight.dim() == 2]
+    if widths:
+        name, width = min(widths, key=lambda item: item[1])
+        if rank > width:  # a rank beyond the projection's width is no low-rank adapter (peft would fail deep inside)
+            raise FedleakError(f"--lora {rank} exceeds the width of the model's attention projections "
+                               f"({name}: {width}); use a rank from 1 to {width}")
     task = peft.TaskType.CAUSAL_LM if model.task == "causal-lm" else peft.TaskType.SEQ_CLS
     config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, bias="none", task_type=task,
                              target_modules=TARGETS[model_type], fan_in_fan_out=(model_type == "gpt2"))

@@ -29,10 +29,17 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
 
 
 def _positive(name: str, value: Any, integer: bool = False):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    """A positive option under the boundary's rules and bounds (:mod:`fedleak.config.boundary`): an
+    integer option takes an ``int`` (``2.0`` and ``2.5`` refused) up to ``MAX_INT``; a number is finite
+    and at most ``MAX_FLOAT``."""
+    from ...config.boundary import MAX_FLOAT, MAX_INT
+
     if integer:
-        ok = ok and float(value).is_integer()
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_INT
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and 0 < value <= MAX_FLOAT
     if not ok:
-        kind = "a positive integer" if integer else "a positive number"
+        kind = f"a positive integer up to {MAX_INT}" if integer else f"a positive number up to {MAX_FLOAT:g}"
         raise FedleakError(f"imprint option {name!r} must be {kind}, got {value!r}")
     return int(value) if integer else float(value)

@@ -1,0 +1,52 @@
+"""Option combinations of an audit that cannot work, refused when the config is made (before any work).
+
+A knob the audit would not turn — ``--lora``, ``--lora-warmup``, ``--seq-len``, ``--text-field``,
+``--label-field`` or ``--sweep lora=…`` on images — would label a report with a setting that changed
+nothing; an image attack named for a text audit (or a text attack for images) would fail deep inside
+the attack (``KeyError: 'hf.lm_head.weight'``). Both are one :class:`~fedleak.errors.FedleakError` line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from ..errors import FedleakError, unknown_choice
+
+if TYPE_CHECKING:
+    from .config import AuditConfig, Sweep
+
+#: keys that only a text audit (``data: text``) reads, with their unset values
+TEXT_ONLY = {"seq_len": None, "lora": None, "lora_warmup": 0, "text_field": "text", "label_field": "label"}
+
+
+def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
+    """Option combinations that cannot work, refused before any work: a knob the audit would not turn
+    (``--lora`` or ``--sweep lora=`` on images) and attacks of the other modality (image attacks on text)."""
+    from .text import is_text
+
+    text = is_text(cfg.data)
+    if not text:
+        given = [k for k, unset in TEXT_ONLY.items() if getattr(cfg, k) != unset]
+        if given:
+            raise FedleakError(f"--{given[0].replace('_', '-')} applies to text audits only (--data text); "
+                               f"this audit is of {cfg.data!r} images")
+        if sweep is not None and sweep.knob == "lora":
+            raise FedleakError(f"--sweep lora=... applies to text audits only (--data text); this audit is of "
+                               f"{cfg.data!r} images, where LoRA changes nothing")
+    if cfg.attacks:
+        from ..attacks.base import ATTACKS, _ensure_loaded
+        from .engine import MALICIOUS_NAMES
+
+        _ensure_loaded()
+        for name in cfg.attacks:
+            if name not in ATTACKS:
+                raise unknown_choice("attack (--attacks)", name, ATTACKS)
+        honest = [n for n in cfg.attacks if n not in MALICIOUS_NAMES]
+        kinds = {n: "text" if ATTACKS[n].cls.__module__.startswith("fedleak.attacks.text") else "image"
+                 for n in honest}
+        wrong = [n for n, kind in kinds.items() if (kind == "text") != text]
+        if wrong:
+            fits = sorted(n for n, e in ATTACKS.items()
+                          if e.cls.__module__.startswith("fedleak.attacks.text") == text)
+            raise FedleakError(f"--attacks {wrong[0]} is an {kinds[wrong[0]]} attack; this audit is of "
+                               f"{'text' if text else 'images'}: use {', '.join(fits[:12])}")
