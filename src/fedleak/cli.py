@@ -352,6 +352,14 @@ def _report(message: str) -> None:
         pass
 
 
+def _after_interrupt(args) -> str:
+    """What running the command again does: ``run`` resumes only if a job file is on disk."""
+    if args.command != "run":
+        return "start over"
+    jobs = Path(args.out) / "jobs" if getattr(args, "out", None) else None
+    return "resume" if jobs is not None and jobs.is_dir() and any(jobs.rglob("*.json")) else "start"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one ``fedleak`` command; returns the exit code (see the module docstring)."""
     parser = build_parser()
@@ -392,9 +400,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         signame = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-        then = "resume" if args.command == "run" else "start over"
-        _report(f"interrupted by {signame}; run the same command again to {then}")
-        return 143 if isinstance(exc, Terminated) else 130
+        code = 143 if isinstance(exc, Terminated) else 130
+        if getattr(exc, "explained", False):  # the run said what is on disk and what rerunning does
+            _report(f"interrupted by {signame}")
+        else:
+            _report(f"interrupted by {signame}; run the same command again to {_after_interrupt(args)}")
+        if argv is None:  # the process itself (not main() called in-process): do not wait for an interrupted worker
+            from .runs.interrupt import exit_without_waiting
+
+            exit_without_waiting(code)
+        return code
     except (OSError, MemoryError) as exc:  # the machine, not fedleak: disk full, permissions, memory
         if args.debug:
             raise

@@ -15,6 +15,7 @@ sequence verifies (all its second-probe inputs below the data-chosen threshold, 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from torch import nn
 
 from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
+from ..progress import counting, loop_progress
 from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
 from .final_token import recover_final
 from .incremental import last_inputs
@@ -84,51 +86,59 @@ class Dager(Attack):
             return first.distance(x, fast=True).min(0).values
 
         positional = model_type(model) != "llama"
-        cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional)
-        extras["first_threshold"] = tau1
-        extras["candidates_per_position"] = [int(c.numel()) for c in cands]
-        # under next-token loss with no target after the sequence, the final position has no gradient at all
-        hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
-        steps = length - 1 if hidden_final else length
-        exact = exactness(n * steps, limit, first, second)
-        extras["exactness"] = exact
+        # progress (fedleak.attacks.progress): vocabulary chunks, then growth steps (decoders) or sweeps (encoders)
+        total = math.ceil(vocab_size(model) / 1024) + (length if causal else (opts.restarts + 1) * opts.sweeps)
+        with loop_progress(total, "search steps", "dager") as tick:
+            advance = counting(tick)
+            cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional,
+                                              advance=advance)
+            extras["first_threshold"] = tau1
+            extras["candidates_per_position"] = [int(c.numel()) for c in cands]
+            # under next-token loss with no target after the sequence, the final position has no gradient at all
+            hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
+            steps = length - 1 if hidden_final else length
+            exact = exactness(n * steps, limit, first, second)
+            extras["exactness"] = exact
 
-        def second_distance(ids):
-            return torch.stack([second.distance(capture(model, p, ids, second.modules[0])) for p in points]).min(0).values
-
-        outside = outside_level(second_distance, vocab_size(model), length, gen)
-        extras["outside_min"] = float(outside.min())
-        if causal:
-            def pair_distance(prefixes, cand):
-                return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand, opts.chunk))
+            def second_distance(ids):
+                return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
                                     for p in points]).min(0).values
 
-            prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
-                                         cap_factor=opts.beam_factor, pair_distance=pair_distance)
-            extras["growth"] = info
-            verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
-            ids = prefixes
-            if hidden_final and prefixes.shape[1] == steps:
-                ids, final_info = self._final(model, update, prefixes, cands, opts)
-                extras["final_token"] = final_info
-            elif ids.shape[1] < length:
-                ids = torch.cat([ids, torch.zeros(ids.shape[0], length - ids.shape[1], dtype=torch.long)], 1)
-        else:
-            ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,
-                                             restarts=opts.restarts, generator=gen, chunk=opts.chunk)
-            tau = info["threshold"]
-            per_seq = dist.max(1).values
-            verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
-            extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
-        final = extras.get("final_token", {})
-        final_ok = final.get("recovered", True) and final.get("residual_after", 0.0) < 1e-3
-        extras["certain"] = bool(exact["holds"] and verified and final_ok)
-        extras["verified"] = bool(verified)
-        if not exact["holds"] and not verified:
-            extras["note"] = "exactness condition fails and the recovery does not verify: no sequence is returned"
-            ids = torch.zeros(0, length, dtype=torch.long)
-        extras["seconds"] = time.perf_counter() - start
-        return text_result(ids, model, extras)
+            outside = outside_level(second_distance, vocab_size(model), length, gen)
+            extras["outside_min"] = float(outside.min())
+            if causal:
+                def pair_distance(prefixes, cand):
+                    return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand,
+                                                                    opts.chunk)) for p in points]).min(0).values
+
+                prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
+                                             cap_factor=opts.beam_factor, pair_distance=pair_distance,
+                                             advance=advance)
+                extras["growth"] = info
+                verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
+                ids = prefixes
+                if hidden_final and prefixes.shape[1] == steps:
+                    ids, final_info = self._final(model, update, prefixes, cands, opts)
+                    extras["final_token"] = final_info
+                elif ids.shape[1] < length:
+                    ids = torch.cat([ids, torch.zeros(ids.shape[0], length - ids.shape[1], dtype=torch.long)], 1)
+            else:
+                ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,
+                                                 restarts=opts.restarts, generator=gen, chunk=opts.chunk,
+                                                 advance=advance)
+                tau = info["threshold"]
+                per_seq = dist.max(1).values
+                verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
+                extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
+            final = extras.get("final_token", {})
+            final_ok = final.get("recovered", True) and final.get("residual_after", 0.0) < 1e-3
+            extras["certain"] = bool(exact["holds"] and verified and final_ok)
+            extras["verified"] = bool(verified)
+            if not exact["holds"] and not verified:
+                extras["note"] = "exactness condition fails and the recovery does not verify: no sequence is returned"
+                ids = torch.zeros(0, length, dtype=torch.long)
+            extras["seconds"] = time.perf_counter() - start
+            return text_result(ids, model, extras)
 
     @staticmethod
     def _final(model, update, prefixes, cands, opts):
