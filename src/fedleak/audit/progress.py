@@ -1,14 +1,14 @@
 """Progress of an audit, through one callback.
 
 The audit calls ``progress(event)`` with a dict: ``{"stage": text}`` when a stage starts (loading,
-one attack on one client, the report) and ``{"stage": text, "step": s, "total": T, "loss": x, "unit": u}``
-while an attack runs (``loss`` is ``None`` for an exact attack's search steps); ``{"stage": text, "plan": {"attacks": N}}`` announces the work before it
-starts and attack stages carry ``"attack": True``. Three reporters implement it: a tqdm bar (an
-interactive terminal), log lines (stderr is not a terminal: CI, nohup; one line per stage, one every
-``every`` percent of a long attack — optimization iterations and exact attacks' search steps alike
-(:mod:`fedleak.attacks.progress`) —, an ETA from measured rates, and a heartbeat at least every 30 s), and nothing
-(``--quiet``). Library users pass their own callable to
-:func:`fedleak.audit`.
+one attack on one client, the report) and ``{"stage": text, "step": s, "total": T, "loss": x,
+"unit": u}`` while an attack runs (``loss`` is ``None`` for an exact attack's search steps);
+``{"stage": text, "plan": {"attacks": N}}`` announces the work before it starts and attack stages
+carry ``"attack": True``. Three reporters implement it: a tqdm bar (an interactive terminal), log
+lines (stderr is not a terminal: CI, nohup; one line per stage, one every ``every`` percent of a
+long attack — optimization iterations and exact attacks' search steps alike,
+:mod:`fedleak.attacks.progress` —, an ETA from measured rates, and a heartbeat at least every
+30 s), and nothing (``--quiet``). Library users pass their own callable to :func:`fedleak.audit`.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ class LogProgress:
 
         The running attack: its steps left times its seconds per step measured from its first to its
         latest report (after a single report: from the attack's start, set-up included), counted down
-        since that report; with no step reports yet, the mean finished
-        attack's time minus what it has run. The attacks after it: the mean finished attack's time, or
-        before any finished, the running attack's projected time. ``None`` before a measurement.
+        since that report; with no step reports yet, the mean finished attack's time minus what it
+        has run. The attacks after it: the mean finished attack's time, or before any finished, the
+        running attack's projected time. ``None`` before a measurement.
         """
         if not self.total_attacks or self.attack_start is None:
             return None

@@ -120,7 +120,8 @@ class RayExecutor:
         pending = {remote.remote(fn, context_ref, task, threads, marker): index for index, task in enumerate(tasks)}
         try:
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                # in short waits: a signal reaches Python only between them (Ctrl-C answers at once)
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
                 for ref in done:
                     index = pending.pop(ref)
                     yield index, self._result(ref, tasks[index])
