@@ -33,7 +33,8 @@ def _cli(tmp_path, *args, interval="0.3"):
     env = {**os.environ, "FEDLEAK_PROGRESS_INTERVAL": interval, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([sys.executable, "-m", "fedleak.cli", "--threads", "1", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # also from a background job
 
 
 def _lines(proc, until=None, timeout=60.0):
@@ -95,7 +96,8 @@ def test_audit_log_progress_heartbeat_and_eta(monkeypatch):
     try:
         show({"stage": "plan: 2 attack run(s)", "plan": {"attacks": 2}})
         show({"stage": "fedsgd: IG", "attack": True})
-        show({"stage": "fedsgd: IG", "step": 5, "total": 100, "loss": 0.5})
+        show({"stage": "fedsgd: IG", "step": 4, "total": 100, "loss": 0.6})
+        show({"stage": "fedsgd: IG", "step": 5, "total": 100, "loss": 0.5})  # two reports: a measured rate
         time.sleep(0.6)  # a long iteration: the heartbeat must speak
     finally:
         show.close()

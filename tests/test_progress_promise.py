@@ -42,6 +42,11 @@ def _env(interval: str) -> dict:
             "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C's default, even when the test runs where SIGINT is ignored (a background job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _timed_lines(proc, until=None, timeout=240.0):
     out, deadline = [], time.monotonic() + timeout
     for line in proc.stdout:
@@ -191,7 +196,7 @@ def test_sigint_ends_a_preset_size_job_within_two_seconds_and_says_only_what_is_
         "variants: {ours: {attack: dimitrov, options: {iterations: 500}}}\n")
     proc = subprocess.Popen([sys.executable, "-m", "fedleak.cli", "--threads", "1", "run", "exp.yaml", "--out", "r"],
                             cwd=tmp_path, env=_env("0.2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            bufsize=1)
+                            bufsize=1, preexec_fn=_default_sigint)
     seen = _timed_lines(proc, until=lambda l: ": iteration 2/" in l)
     assert proc.poll() is None, seen
     time.sleep(0.4)  # most of an iteration is its backward pass

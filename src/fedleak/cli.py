@@ -405,10 +405,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _report(f"interrupted by {signame}")
         else:
             _report(f"interrupted by {signame}; run the same command again to {_after_interrupt(args)}")
-        if argv is None:  # the process itself (not main() called in-process): do not wait for an interrupted worker
-            from .runs.interrupt import exit_without_waiting
+        if argv is None:  # the process itself (not main() called in-process): cleanup ran while unwinding
+            from .runs.interrupt import exit_now
 
-            exit_without_waiting(code)
+            exit_now(code)  # without waiting for a worker inside libtorch
         return code
     except (OSError, MemoryError) as exc:  # the machine, not fedleak: disk full, permissions, memory
         if args.debug:

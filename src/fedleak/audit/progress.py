@@ -60,9 +60,8 @@ class LogProgress:
         """Seconds left, from measurements only, recomputed on every line (corrected, not only raised).
 
         The running attack: its steps left times its seconds per step measured from its first to its
-        latest report (after a single report: from the attack's start, set-up included), counted down
-        since that report; with no step reports yet, the mean finished attack's time minus what it
-        has run. The attacks after it: the mean finished attack's time, or before any finished, the
+        latest report (set-up excluded), counted down since that report; before two reports, the mean
+        finished attack's time minus what it has run. The attacks after it: the mean finished attack's time, or before any finished, the
         running attack's projected time. ``None`` before a measurement.
         """
         if not self.total_attacks or self.attack_start is None:
@@ -73,8 +72,6 @@ class LogProgress:
         rate = None
         if self.step is not None and self.first is not None and self.step[0] > self.first[1]:
             rate = (self.step_time - self.first[0]) / (self.step[0] - self.first[1])
-        elif self.step is not None and self.step[0] > 0:  # one report so far: its time includes the set-up
-            rate = (self.step_time - self.attack_start) / self.step[0]
         if rate is not None:
             step, total = self.step[0], self.step[1]
             current = max(max(total - step, 0) * rate - (now - self.step_time), 0.0)

@@ -8,8 +8,8 @@ same grad mode) while the main thread waits in short slices, so Ctrl-C (and the 
 handler) interrupts the main thread at once. It then asks the worker to stop — every attack loop
 checks :func:`fedleak.attacks.progress.check_stop` at each step — waits at most :data:`GRACE`
 seconds for it, and re-raises. A worker still inside a C operation after that is abandoned: it
-writes nothing (job files, reports and locks belong to the main thread), and
-:func:`exit_without_waiting` ends the process without waiting for it.
+writes nothing (job files, reports and locks belong to the main thread), and the CLI ends the
+process with :func:`exit_now` rather than waiting for it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ import contextvars
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 #: seconds the main thread waits, after an interrupt, for the worker to reach its next step
 GRACE = 0.5
 #: the main thread's waiting slice (how soon a signal is seen)
 SLICE = 0.05
-
-_abandoned: list[threading.Thread] = []
-
 
 def responsive(fn: Callable[..., Any], *args, **kwargs) -> Any:
     """``fn(*args, **kwargs)`` in a worker thread, interruptible from the main thread within ``SLICE`` s.
@@ -42,6 +40,7 @@ def responsive(fn: Callable[..., Any], *args, **kwargs) -> Any:
 
     clear_stop()
     box: dict[str, Any] = {}
+    finished = threading.Event()
     context, grad = contextvars.copy_context(), torch.is_grad_enabled()
 
     def work() -> None:
@@ -50,35 +49,39 @@ def responsive(fn: Callable[..., Any], *args, **kwargs) -> Any:
                 box["value"] = context.run(fn, *args, **kwargs)
         except BaseException as exc:  # handed to the main thread
             box["error"] = exc
+        finally:
+            finished.set()
 
     worker = threading.Thread(target=work, name="fedleak-work", daemon=True)
     worker.start()
+    # poll a flag between sleeps, never Thread.join()/is_alive(): a KeyboardInterrupt landing inside
+    # those (they take the thread's state lock) makes the interpreter abort at exit while the worker
+    # ran autograd ("terminate called without an active exception", torch 2.13 / Python 3.11)
     try:
-        while worker.is_alive():
-            worker.join(SLICE)
+        while not finished.is_set():
+            time.sleep(SLICE)
     except BaseException:  # KeyboardInterrupt, the CLI's Terminated: stop the loops, then unwind here
         request_stop()
-        worker.join(GRACE)
-        if worker.is_alive():
-            _abandoned.append(worker)
-        raise
+        deadline = time.monotonic() + GRACE
+        while not finished.is_set() and time.monotonic() < deadline:
+            time.sleep(SLICE)
+        raise  # a worker still running is left behind (daemon; it writes nothing)
     if "error" in box:
         raise box["error"]
     return box.get("value")
 
 
-def abandoned() -> bool:
-    """True while a worker left behind by an interrupt is still running (inside a C operation)."""
-    return any(t.is_alive() for t in _abandoned)
+def exit_now(code: int) -> None:
+    """End the process with ``code`` at once, after flushing the output (the CLI after an interrupt).
 
-
-def exit_without_waiting(code: int) -> None:
-    """End the process with ``code`` now if an interrupted worker is still running, else do nothing.
-
-    Interpreter shutdown with a thread inside libtorch can abort; the CLI's output is flushed first.
+    Everything that matters was cleaned up while the interrupt unwound (locks, staging folders, job
+    files). The interpreter's own shutdown is skipped: with a worker left inside libtorch, or after
+    a worker ran autograd and the main thread took the signal, it can abort ("terminate called
+    without an active exception", torch 2.13 / Python 3.11) and turn exit 130 into 134.
     """
-    if not abandoned():
-        return
+    import logging
+
+    logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -67,9 +67,9 @@ class _Progress:
         """Seconds left, recomputed from measurements on every call (so it is corrected, not only raised).
 
         The running job: its iterations left times its own measured seconds per iteration (set-up
-        excluded; after a single report, from the job's start, set-up included); before its first report, the mean finished job's time minus what it has run. The
-        jobs after it: the mean finished job's time, or before any finished, the running job's
-        measured time per job (its iterations times its rate).
+        excluded: from its second report on); before that, the mean finished job's time minus what it
+        has run. The jobs after it: the mean finished job's time, or before any finished, the running
+        job's measured set-up plus its iterations times its rate.
         """
         now, left = time.perf_counter(), len(self.pending) - self.run_done
         if left <= 0:
@@ -78,12 +78,11 @@ class _Progress:
         if not self.local:  # Ray: jobs run side by side, no iteration reports reach the driver
             return None if per_job is None else max(0.0, per_job * left)
         rate = self.rate()
-        if rate is None and self.step is not None and self.step[0] > 0:  # one report: set-up included
-            rate = (self.step_time - self.job_start) / self.step[0]
         if rate is not None:
             step, total, _ = self.step
             current = max(max(total - step, 0) * rate - (now - self.step_time), 0.0)  # counts down between reports
-            per_other = per_job if per_job is not None else total * rate
+            # before a job finished: this job's measured set-up (up to its first report) plus its iterations
+            per_other = per_job if per_job is not None else (self.first[0] - self.job_start) + total * rate
         elif per_job is not None:
             current, per_other = max(per_job - (now - self.job_start), 0.0), per_job
         else:
@@ -102,7 +101,7 @@ class _Progress:
         job = self.current()
         where = f"job {self.done + 1}/{self.total} {job}" if job is not None else \
             f"{self.done}/{self.total} jobs finished, {len(self.pending) - self.run_done} running or queued"
-        it = ""
+        it = ": preparing (data, model, client update, attack set-up)" if job is not None else ""
         if self.step is not None and job is not None:
             step, total, loss = self.step
             it = f": {self.unit} {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
