@@ -80,7 +80,7 @@ def test_preset_off_a_terminal_gives_lines_on_the_interval_with_an_eta_counting_
     root = _leaf_root(tmp_path / "leaf")
     proc = subprocess.Popen([sys.executable, "-m", "fedleak.cli", "--threads", "1", "run", "--preset",
                              "dimitrov-table1-femnist", "--data-root", str(root), "--clients", "1", "--settings",
-                             "E1-m5", "--variants", "ours-prior", "--quick", "-o", "iterations=40", "--out", "runs/p"],
+                             "E1-m5", "--variants", "ours-prior", "--quick", "-o", "iterations=120", "--out", "runs/p"],
                             cwd=tmp_path, env=_env("0.3"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1)
     lines = _timed_lines(proc)
