@@ -8,8 +8,9 @@ trap-weight signatures), and the listings ``presets``, ``attacks``, ``models``, 
 
 Exit codes (``docs/errors.md``): 0 success; 2 bad input, one line ``fedleak: error: ...`` naming
 the problem (usage errors included); 1 an internal error, one line with ``internal error`` (the
-traceback only with ``--debug``); 130 interrupted by SIGINT (Ctrl-C) and 143 by SIGTERM, both with
-the same one-line hint; 141 when the reader of stdout went away (``fedleak presets | head -3``).
+traceback only with ``--debug``); 130 interrupted by SIGINT (Ctrl-C) and 143 by SIGTERM, within 2 s
+(:mod:`fedleak.runs.interrupt`), each with one line that says only what is true (``run``: what is
+on disk); 141 when the reader of stdout went away (``fedleak presets | head -3``).
 ``fedleak inspect`` exits 1 when the model is suspicious.
 """
 
