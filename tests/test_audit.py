@@ -158,5 +158,5 @@ def test_log_lines_when_stderr_is_not_a_terminal(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert any(line.endswith("fedsgd: Inverting Gradients") for line in lines)  # one line per stage
     percents = [line for line in lines if "Inverting Gradients:" in line and "%" in line]
-    assert 3 <= len(percents) <= 11 and "100% (40/40)" in percents[-1]  # every 10%, not every step
+    assert 3 <= len(percents) <= 11 and "100% (iteration 40/40)" in percents[-1]  # every 10%, not every step
     assert lines[-1].endswith("writing the report")

@@ -8,8 +8,9 @@ trap-weight signatures), and the listings ``presets``, ``attacks``, ``models``, 
 
 Exit codes (``docs/errors.md``): 0 success; 2 bad input, one line ``fedleak: error: ...`` naming
 the problem (usage errors included); 1 an internal error, one line with ``internal error`` (the
-traceback only with ``--debug``); 130 interrupted by SIGINT (Ctrl-C) and 143 by SIGTERM, both with
-the same one-line hint; 141 when the reader of stdout went away (``fedleak presets | head -3``).
+traceback only with ``--debug``); 130 interrupted by SIGINT (Ctrl-C) and 143 by SIGTERM, within 2 s
+(:mod:`fedleak.runs.interrupt`), each with one line that says only what is true (``run``: what is
+on disk); 141 when the reader of stdout went away (``fedleak presets | head -3``).
 ``fedleak inspect`` exits 1 when the model is suspicious.
 """
 
@@ -371,6 +372,14 @@ def _report(message: str) -> None:
         pass
 
 
+def _after_interrupt(args) -> str:
+    """What running the command again does: ``run`` resumes only if a job file is on disk."""
+    if args.command != "run":
+        return "start over"
+    jobs = Path(args.out) / "jobs" if getattr(args, "out", None) else None
+    return "resume" if jobs is not None and jobs.is_dir() and any(jobs.rglob("*.json")) else "start"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one ``fedleak`` command; returns the exit code (see the module docstring)."""
     parser = build_parser()
@@ -411,9 +420,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         signame = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-        then = "resume" if args.command == "run" else "start over"
-        _report(f"interrupted by {signame}; run the same command again to {then}")
-        return 143 if isinstance(exc, Terminated) else 130
+        code = 143 if isinstance(exc, Terminated) else 130
+        if getattr(exc, "explained", False):  # the run said what is on disk and what rerunning does
+            _report(f"interrupted by {signame}")
+        else:
+            _report(f"interrupted by {signame}; run the same command again to {_after_interrupt(args)}")
+        if argv is None:  # the process itself (not main() called in-process): cleanup ran while unwinding
+            from .runs.interrupt import exit_now
+
+            exit_now(code)  # without waiting for a worker inside libtorch
+        return code
     except (OSError, MemoryError) as exc:  # the machine, not fedleak: disk full, permissions, memory
         if args.debug:
             raise

@@ -7,59 +7,26 @@ schedules: ``none``; ``step`` — ×``decay`` at 3/8, 5/8 and 7/8 of the iterati
 al.'s scripts, research note §A.1); ``cosine``. ``signed`` replaces gradients by their sign
 before the step (IG). ``project`` runs after each step (e.g. IG's box constraint). A NaN guard
 stops the run and restores the last finite variables (Dimitrov et al.'s loop stops when images
-become NaN); ``stop_loss`` ends the run once the loss is that small. Progress goes to a callback, or to the reporter installed with
-:func:`progress_reporter` (the CLI's progress bar), or else to the ``fedleak`` logger (INFO, at most
-one line per ``FEDLEAK_PROGRESS_INTERVAL`` seconds, default 30: ``logging.basicConfig(level=logging.INFO)``
-shows an API user's long attack).
+become NaN); ``stop_loss`` ends the run once the loss is that small. Every iteration's
+``(step, total, loss)`` goes to a callback, or to the reporter installed with
+:func:`progress_reporter` (the CLI's progress bar), or else to the ``fedleak`` logger (INFO, a line at
+least every ``FEDLEAK_PROGRESS_INTERVAL`` seconds, default 30, with a measured-rate ETA:
+``logging.basicConfig(level=logging.INFO)`` shows an API user's long attack); see :mod:`.progress`.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import torch
 
 from ..errors import FedleakError
+from .progress import ProgressFn, loop_progress, progress_reporter  # noqa: F401  (public here too)
 
 OPTIMIZERS = ("adam", "lbfgs", "sgd")
 SCHEDULES = ("none", "step", "exp", "cosine")
-
-ProgressFn = Callable[[int, int, float], None]  # (step, total, loss)
-_REPORTER: ContextVar[Optional[ProgressFn]] = ContextVar("fedleak_progress", default=None)
-
-
-@contextmanager
-def progress_reporter(fn: Optional[ProgressFn]):
-    """Install ``fn(step, total, loss)`` as the progress callback of every loop run inside."""
-    token = _REPORTER.set(fn)
-    try:
-        yield
-    finally:
-        _REPORTER.reset(token)
-
-
-def _log_reporter(description: str) -> ProgressFn:
-    """The fallback reporter: a ``fedleak`` logger line at most every heartbeat interval (none if no one listens)."""
-    from ..runs.heartbeat import interval, logger
-
-    every, start = interval(), time.monotonic()
-    last = [start]
-
-    def report(step: int, total: int, loss: float) -> None:
-        now = time.monotonic()
-        if now - last[0] >= every and logger.isEnabledFor(logging.INFO):
-            last[0] = now
-            eta = (now - start) / max(step, 1) * (total - step)
-            logger.info("%siteration %d/%d, loss %.4g (%.0f s, ETA ~%.0f s)", f"{description}: " if description else "",
-                        step, total, loss, now - start, eta)
-
-    return report
 
 
 @dataclass(frozen=True)
@@ -143,12 +110,17 @@ def optimize(
     for v in variables:
         if not v.requires_grad:
             v.requires_grad_(True)
-    report = progress or _REPORTER.get() or _log_reporter(description)
     optimizer = _make_optimizer(config, variables)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, config.lr_factor)
     result = OptimizeResult(variables)
     last_good = [v.detach().clone() for v in variables]
+    with loop_progress(config.iterations, "iteration", description, progress) as tick:
+        _run(variables, objective, config, optimizer, scheduler, result, last_good, project, tick)
+    return result
 
+
+def _run(variables, objective, config, optimizer, scheduler, result, last_good, project, tick) -> None:
+    """The iterations of :func:`optimize`; ``tick(step, loss)`` after every one (progress, interrupt check)."""
     for step in range(config.iterations):
         holder: dict[str, torch.Tensor] = {}
 
@@ -188,12 +160,14 @@ def optimize(
             with torch.no_grad():
                 for v, good in zip(variables, last_good):
                     good.copy_(v)
-            if report is not None:
-                report(step + 1, config.iterations, loss_value)
         result.steps = step + 1
+        # every iteration reports (the ETA needs the count); off the CPU the loss is read (a device
+        # sync) only every log_every steps and the last one read stands in between
+        now = loss_value if loss_value is not None else (
+            float(holder["loss"]) if holder["loss"].device.type == "cpu" else result.final_loss)
+        tick(step + 1, now)
         if loss_value is not None and loss_value <= config.stop_loss:
             break  # converged: the distance is as small as asked for
-    return result
 
 
 def best_of_restarts(run: Callable[[int], tuple[object, float]], restarts: int):

@@ -52,6 +52,7 @@ from torch import nn
 
 from ..types import DataSpec, Reconstruction, Update
 from .base import Attack, AttackOptions, register
+from .progress import loop_progress
 from .fc_exact import TOLERANCE, fc_gradients, fc_layer, finish, numerical_rank, single_step
 
 
@@ -103,38 +104,40 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
     tried = 0
     if batch == 1:
         return [torch.ones(1, dtype=left.dtype)], True, {"subsets": 0, "candidates": 1, "live_rows": m, "need_zeros": 0}
-    done = False
-    while tried < opts.max_samples and not done:
-        count = min(opts.chunk, opts.max_samples - tried)
-        subsets = torch.rand((count, m), generator=generator).topk(batch - 1, dim=1).indices
-        tried += count
-        _, svals, vh = torch.linalg.svd(rows[subsets], full_matrices=True)  # count × (B−1) × B
-        simple = svals[:, -1] > opts.rank_tol * svals[:, 0]  # null space of dimension one
-        q = vh[:, -1, :][simple]
-        if q.numel() == 0:
-            continue
-        column = rows @ q.T  # m × count
-        scale = column.abs().amax(dim=0).clamp_min(1e-300)
-        zeros = (column.abs() <= opts.zero_tol * scale).sum(dim=0)
-        keep = zeros >= need
-        before = len(found)
-        for z, direction in zip(zeros[keep].tolist(), q[keep]):
-            direction = direction / direction.norm()
-            if not any(abs(float(direction @ other)) > 1 - 1e-6 for _, other in found) and \
-                    not any(abs(float(direction @ other)) > 1 - 1e-6 for other in rejected):
-                found.append((z, direction))
-        if len(found) == before:
-            continue  # nothing new: the selection cannot change
-        selected = greedy(found, batch)
-        if len(selected) == batch:
-            last_full = selected
-            bad = check(selected) if check is not None else []
-            if not bad:
-                done = True
-            else:  # reject the least sparse failing direction only: one wrong direction spoils other samples too
-                zeros_of = [next(z for z, d in found if abs(float(d @ selected[i])) > 1 - 1e-6) for i in bad]
-                rejected.append(selected[bad[min(range(len(bad)), key=zeros_of.__getitem__)]])
-                found = [(z, d) for z, d in found if not any(abs(float(d @ r)) > 1 - 1e-6 for r in rejected)]
+    with loop_progress(opts.max_samples, "subsets tried", "spear") as tick:
+        done = False
+        while tried < opts.max_samples and not done:
+            count = min(opts.chunk, opts.max_samples - tried)
+            subsets = torch.rand((count, m), generator=generator).topk(batch - 1, dim=1).indices
+            tried += count
+            tick(tried)  # progress (subsets tried of the budget) and the interrupt check
+            _, svals, vh = torch.linalg.svd(rows[subsets], full_matrices=True)  # count × (B−1) × B
+            simple = svals[:, -1] > opts.rank_tol * svals[:, 0]  # null space of dimension one
+            q = vh[:, -1, :][simple]
+            if q.numel() == 0:
+                continue
+            column = rows @ q.T  # m × count
+            scale = column.abs().amax(dim=0).clamp_min(1e-300)
+            zeros = (column.abs() <= opts.zero_tol * scale).sum(dim=0)
+            keep = zeros >= need
+            before = len(found)
+            for z, direction in zip(zeros[keep].tolist(), q[keep]):
+                direction = direction / direction.norm()
+                if not any(abs(float(direction @ other)) > 1 - 1e-6 for _, other in found) and \
+                        not any(abs(float(direction @ other)) > 1 - 1e-6 for other in rejected):
+                    found.append((z, direction))
+            if len(found) == before:
+                continue  # nothing new: the selection cannot change
+            selected = greedy(found, batch)
+            if len(selected) == batch:
+                last_full = selected
+                bad = check(selected) if check is not None else []
+                if not bad:
+                    done = True
+                else:  # reject the least sparse failing direction only: one wrong direction spoils other samples too
+                    zeros_of = [next(z for z, d in found if abs(float(d @ selected[i])) > 1 - 1e-6) for i in bad]
+                    rejected.append(selected[bad[min(range(len(bad)), key=zeros_of.__getitem__)]])
+                    found = [(z, d) for z, d in found if not any(abs(float(d @ r)) > 1 - 1e-6 for r in rejected)]
     stats = {"subsets": tried, "candidates": len(found), "rejected": len(rejected), "live_rows": m,
              "need_zeros": need, "independent_found": len(selected)}
     return (selected if done else last_full), done, stats

@@ -24,6 +24,7 @@ from ..errors import FedleakError
 from ..fl import client_update
 from ..fl.accounting import PrivacyParameters, federation_epsilon
 from ..fl.secagg import concatenate, secure_aggregate
+from ..runs.interrupt import responsive
 from ..types import ClientData, DataSpec, Reconstruction
 from . import text as text_audit
 from . import threats
@@ -216,8 +217,8 @@ class Auditor:
                                                                          if len(updates) > 1 else "")
                     _event(self.progress, stage, attack=True)
                     start = time.perf_counter()
-                    with progress_reporter(optimizer_callback(self.progress, stage)):
-                        rec = threats.build(choice).reconstruct(update, self.model, self.spec)
+                    with progress_reporter(optimizer_callback(self.progress, stage)):  # Ctrl-C answers at once
+                        rec = responsive(threats.build(choice).reconstruct, update, self.model, self.spec)
                     seconds += time.perf_counter() - start
                     scores = self._evaluate(rec, truth)
                     scores["target"] = truth.client_id
@@ -338,7 +339,7 @@ class Auditor:
             update = self.observe(shipped, group, scenario, plan, self.config.seed + t * plan.secagg)
             truth = concatenate(group)
             start = time.perf_counter()
-            rec = threats.build(choice).reconstruct(update, shipped, self.spec)
+            rec = responsive(threats.build(choice).reconstruct, update, shipped, self.spec)
             seconds += time.perf_counter() - start
             scores = self._evaluate(rec, truth, shipped)
             scores["target"] = truth.client_id

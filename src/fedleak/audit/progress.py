@@ -1,13 +1,14 @@
 """Progress of an audit, through one callback.
 
 The audit calls ``progress(event)`` with a dict: ``{"stage": text}`` when a stage starts (loading,
-one attack on one client, the report) and ``{"stage": text, "step": s, "total": T, "loss": x}``
-while an attack optimizes; ``{"stage": text, "plan": {"attacks": N}}`` announces the work before it
-starts and attack stages carry ``"attack": True``. Three reporters implement it: a tqdm bar (an
-interactive terminal), log lines (stderr is not a terminal: CI, nohup; one line per stage, one every
-``every`` percent of a long attack, an ETA, and a heartbeat at least every 30 s), and nothing
-(``--quiet``). Library users pass their own callable to
-:func:`fedleak.audit`.
+one attack on one client, the report) and ``{"stage": text, "step": s, "total": T, "loss": x,
+"unit": u}`` while an attack runs (``loss`` is ``None`` for an exact attack's search steps);
+``{"stage": text, "plan": {"attacks": N}}`` announces the work before it starts and attack stages
+carry ``"attack": True``. Three reporters implement it: a tqdm bar (an interactive terminal), log
+lines (stderr is not a terminal: CI, nohup; one line per stage, one every ``every`` percent of a
+long attack — optimization iterations and exact attacks' search steps alike,
+:mod:`fedleak.attacks.progress` —, an ETA from measured rates, and a heartbeat at least every
+30 s), and nothing (``--quiet``). Library users pass their own callable to :func:`fedleak.audit`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class LogProgress:
         self.start = time.perf_counter()
         self.total_attacks, self.attacks, self.attack_start, self.attack_seconds = 0, 0, None, 0.0
         self.step: Optional[tuple] = None
+        self.first: Optional[tuple] = None  # (time, step) of the running loop's first report
+        self.step_time, self.unit = self.start, "iteration"
         self.in_attack, self.beat = False, None
         if heartbeat:
             from ..runs.heartbeat import Heartbeat
@@ -54,15 +57,30 @@ class LogProgress:
             self.beat.wrote()
 
     def eta(self) -> Optional[float]:
-        """Seconds left: mean measured seconds per attack run times the runs left (None before a measurement)."""
+        """Seconds left, from measurements only, recomputed on every line (corrected, not only raised).
+
+        The running attack: its steps left times its seconds per step measured from its first to its
+        latest report (set-up excluded), counted down since that report; before two reports, the mean
+        finished attack's time minus what it has run. The attacks after it: the mean finished attack's time, or before any finished, the
+        running attack's projected time. ``None`` before a measurement.
+        """
         if not self.total_attacks or self.attack_start is None:
             return None
-        fraction = (self.step[0] / max(self.step[1], 1)) if self.step else 0.0
-        done = self.attacks - 1 + fraction
-        if done <= 0.02:
+        now = time.perf_counter()
+        finished = self.attacks - 1
+        mean = self.attack_seconds / finished if finished > 0 else None
+        rate = None
+        if self.step is not None and self.first is not None and self.step[0] > self.first[1]:
+            rate = (self.step_time - self.first[0]) / (self.step[0] - self.first[1])
+        if rate is not None:
+            step, total = self.step[0], self.step[1]
+            current = max(max(total - step, 0) * rate - (now - self.step_time), 0.0)
+            projected = (now - self.attack_start) + current
+        elif mean is not None:
+            current, projected = max(mean - (now - self.attack_start), 0.0), mean
+        else:
             return None
-        spent = self.attack_seconds + (time.perf_counter() - self.attack_start)
-        return spent / done * max(self.total_attacks - done, 0.0)
+        return current + max(self.total_attacks - self.attacks, 0) * (mean if mean is not None else projected)
 
     def _eta_text(self) -> str:
         from ..runs.heartbeat import duration
@@ -77,7 +95,7 @@ class LogProgress:
         it = ""
         if self.step is not None:
             step, total, loss = self.step
-            it = f": iteration {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
+            it = f": {self.unit} {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
         return f"{self._counter()}{self.stage}{it}{self._eta_text()}"
 
     def __call__(self, event: dict) -> None:
@@ -90,16 +108,22 @@ class LogProgress:
                 if self.attack_start is not None:
                     self.attack_seconds += now - self.attack_start
                 self.attacks, self.attack_start = self.attacks + 1, now
-            self.stage, self.next_percent, self.step = stage, self.every, None
+            self.stage, self.next_percent, self.step, self.first = stage, self.every, None, None
             self.in_attack = bool(event.get("attack"))
             self._write(f"{self._counter()}{stage}{self._eta_text()}" if self.in_attack else stage)
             return
         total = max(int(event.get("total") or 0), 1)
-        self.step = (int(event["step"]), total, event.get("loss"))
-        percent = 100.0 * int(event["step"]) / total
+        step = int(event["step"])
+        if self.step is not None and (step < self.step[0] or total != self.step[1]):
+            self.first, self.next_percent = None, self.every  # a new loop inside the stage: measure afresh
+        self.step, self.step_time, self.unit = (step, total, event.get("loss")), time.perf_counter(), \
+            event.get("unit") or "iteration"
+        if self.first is None:
+            self.first = (self.step_time, step)
+        percent = 100.0 * step / total
         if percent >= self.next_percent or (self.beat is not None and self.beat.due()):
             loss = event.get("loss")
-            self._write(f"{self._counter()}{stage}: {percent:3.0f}% ({event['step']}/{total})"
+            self._write(f"{self._counter()}{stage}: {percent:3.0f}% ({self.unit} {step}/{total})"
                         + (f", loss {loss:.3g}" if loss is not None else "") + self._eta_text())
             while self.next_percent <= percent:
                 self.next_percent += self.every
@@ -159,8 +183,10 @@ def optimizer_callback(progress: Optional[ProgressFn], stage: str):
     if progress is None:
         return None
 
-    def report(step: int, total: int, loss: float) -> None:
-        progress({"stage": stage, "step": step, "total": total, "loss": loss})
+    from ..attacks.progress import current_unit
+
+    def report(step: int, total: int, loss) -> None:
+        progress({"stage": stage, "step": step, "total": total, "loss": loss, "unit": current_unit()})
 
     return report
 

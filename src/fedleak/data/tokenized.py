@@ -139,6 +139,20 @@ def text_spec(seq_len: int, task: str, tokenizer, num_labels: int = 2, pad: Opti
                     pad_id=pad)
 
 
+def _fewer_hint(docs, tok, seq_len: int, task: str, pad: int, have: int, want) -> str:
+    """What would fit: fewer samples (``--samples``), or the longest shorter ``--seq-len`` giving enough sequences."""
+    options = [f"--samples {have}"] if have >= 1 else []
+    for shorter in range(seq_len - 1, 1, -1):
+        try:
+            count = len(sequences(docs, tok, shorter, task, pad))
+        except FedleakError:  # too short for the tokenizer's special tokens
+            break
+        if want is not None and count >= want:
+            options.append(f"--seq-len {shorter} ({count} sequences)")
+            break
+    return f": use {' or '.join(options)}" if options else ""
+
+
 def load(root=None, num_clients: int = 10, samples_per_client: Optional[int] = 50, seed: int = 0,
          split: str = "train", *, tokenizer=None, seq_len: int = 32, task: str = "classification",
          text_field: str = "text", label_field: str = "label", partition: str = "auto",
@@ -170,6 +184,6 @@ def load(root=None, num_clients: int = 10, samples_per_client: Optional[int] = 5
         parts = [order[c * per:(c + 1) * per] for c in range(num_clients) if (c + 1) * per <= ids.shape[0]]
     if not parts:
         raise FedleakError(f"the text holds {ids.shape[0]} sequences of {seq_len} tokens, fewer than "
-                           f"samples_per_client={samples_per_client}")
+                           f"samples_per_client={samples_per_client}{_fewer_hint(docs, tok, seq_len, task, pad, ids.shape[0], samples_per_client)}")
     clients = [ClientData(ids[p], labels[p], f"text-{c}") for c, p in enumerate(parts)]
     return spec, clients

@@ -6,8 +6,9 @@ any order), so the caller writes each job's file the moment it is computed. ``co
 every task shares (the experiment config, device, dtype): the Ray executor ships it to the cluster
 once. ``fn`` must be a module-level function (Ray pickles it by reference).
 
-* :class:`LocalExecutor` — one job after another in this process; ``progress`` (a
-  :func:`fedleak.attacks.optimize.progress_reporter` callback) sees every optimization step.
+* :class:`LocalExecutor` — one job after another in this process (each in a worker thread the main
+  thread waits on, so Ctrl-C answers at once: :mod:`fedleak.runs.interrupt`); ``progress`` (a
+  :func:`fedleak.attacks.optimize.progress_reporter` callback) sees every step of the attack's loop.
 * :class:`RayExecutor` — every job a Ray task (``num_cpus``/``num_gpus`` per job); a task whose
   worker process dies (killed, out of memory) is re-run up to ``max_retries`` times by Ray;
   without an address a private local Ray instance is started on 127.0.0.1 (no dashboard) and shut
@@ -36,10 +37,11 @@ class LocalExecutor:
 
     def map(self, fn: Callable, context: Any, tasks: Sequence, progress=None) -> Iterator[tuple[int, Any]]:
         from ..attacks.optimize import progress_reporter
+        from .interrupt import responsive
 
         for index, task in enumerate(tasks):
             with progress_reporter(progress):
-                result = fn(context, task)
+                result = responsive(fn, context, task)  # Ctrl-C answers while the job is inside a C operation
             yield index, result
 
     def close(self) -> None:
@@ -118,7 +120,8 @@ class RayExecutor:
         pending = {remote.remote(fn, context_ref, task, threads, marker): index for index, task in enumerate(tasks)}
         try:
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                # in short waits: a signal reaches Python only between them (Ctrl-C answers at once)
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
                 for ref in done:
                     index = pending.pop(ref)
                     yield index, self._result(ref, tasks[index])

@@ -224,9 +224,10 @@ class Runner:
                     result["image"].save(job.path.with_suffix(".png"))
                 write_json(job.path, sealed({**result["record"], "config_hash": stamp}))
                 progress.finished(job, result["record"])
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             progress.close()
             self.log("\n" + interrupted_message(self.out, len(planned)))
+            exc.explained = True  # the CLI adds no hint of its own beside this one (it would repeat or contradict it)
             raise
         finally:
             progress.close()

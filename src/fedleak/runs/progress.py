@@ -34,7 +34,8 @@ class _Progress:
         self.log, self.local, self.callback, self.bar, self.beat = log, local, callback, None, None
         self.start = self.job_start = time.perf_counter()
         self.step: Optional[tuple] = None
-        self.first: Optional[tuple] = None  # (time, step) of the running job's first reported step
+        self.unit, self.step_time = "iteration", 0.0
+        self.first: Optional[tuple] = None  # (time, step) of the running loop's first reported step
         self.calibrated = False
         self._say_lock = threading.Lock()  # the heartbeat thread and the run's thread write whole lines
         if show:
@@ -63,22 +64,36 @@ class _Progress:
         return self.pending[self.run_done] if self.local and self.run_done < len(self.pending) else None
 
     def eta(self) -> Optional[float]:
-        """Seconds left: from the mean job time once a job finished, else from the first job's iteration rate."""
+        """Seconds left, recomputed from measurements on every call (so it is corrected, not only raised).
+
+        The running job: its iterations left times its own measured seconds per iteration (set-up
+        excluded: from its second report on); before that, the mean finished job's time minus what it
+        has run. The jobs after it: the mean finished job's time, or before any finished, the running
+        job's measured set-up plus its iterations times its rate.
+        """
         now, left = time.perf_counter(), len(self.pending) - self.run_done
-        if self.run_done:
-            per_job = (self.job_start - self.start) / self.run_done
-            return max(0.0, per_job * left - (now - self.job_start if self.local else 0.0))
+        if left <= 0:
+            return 0.0
+        per_job = (self.job_start - self.start) / self.run_done if self.run_done else None
+        if not self.local:  # Ray: jobs run side by side, no iteration reports reach the driver
+            return None if per_job is None else max(0.0, per_job * left)
         rate = self.rate()
         if rate is not None:
             step, total, _ = self.step
-            return (total - step) * rate + (left - 1) * total * rate
-        return None
+            current = max(max(total - step, 0) * rate - (now - self.step_time), 0.0)  # counts down between reports
+            # before a job finished: this job's measured set-up (up to its first report) plus its iterations
+            per_other = per_job if per_job is not None else (self.first[0] - self.job_start) + total * rate
+        elif per_job is not None:
+            current, per_other = max(per_job - (now - self.job_start), 0.0), per_job
+        else:
+            return None
+        return current + (left - 1) * per_other
 
     def rate(self) -> Optional[float]:
-        """Seconds per iteration of the running job, measured from its first reported step (set-up excluded)."""
+        """Seconds per step of the running loop, from its first to its latest report (set-up excluded)."""
         if self.step is None or self.first is None or self.step[0] <= self.first[1]:
             return None
-        return (time.perf_counter() - self.first[0]) / (self.step[0] - self.first[1])
+        return (self.step_time - self.first[0]) / (self.step[0] - self.first[1])
 
     def heartbeat_line(self) -> str:
         from .heartbeat import duration
@@ -86,10 +101,10 @@ class _Progress:
         job = self.current()
         where = f"job {self.done + 1}/{self.total} {job}" if job is not None else \
             f"{self.done}/{self.total} jobs finished, {len(self.pending) - self.run_done} running or queued"
-        it = ""
+        it = ": preparing (data, model, client update, attack set-up)" if job is not None else ""
         if self.step is not None and job is not None:
             step, total, loss = self.step
-            it = f": iteration {step}/{total}, loss {loss:.4g}"
+            it = f": {self.unit} {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
         eta = self.eta()
         line = (f"[{time.perf_counter() - self.start:6.0f} s] {where}{it}"
                 + (f"; ETA ~{duration(eta)} (estimate)" if eta is not None else ""))
@@ -108,27 +123,33 @@ class _Progress:
                      f"({settings} setting(s) x {len({j.variant for j in jobs})} variant(s) x {clients} client(s)); "
                      f"variants {budgets}; a time estimate follows once the first iterations are measured")
 
-    def inner(self, step: int, total: int, loss: float) -> None:
-        """Optimization steps of the running job (local executor only)."""
-        self.step = (step, total, loss)
+    def inner(self, step: int, total: int, loss: Optional[float]) -> None:
+        """Steps of the running job's attack loop (local executor only): iterations, or an exact search's units."""
+        from ..attacks.progress import current_unit
+
+        self.unit = current_unit()
+        if self.step is not None and (step < self.step[0] or total != self.step[1]):
+            self.first = None  # a new loop inside the job (another restart, the next phase): measure afresh
+        self.step, self.step_time = (step, total, loss), time.perf_counter()
         if self.first is None:
-            self.first = (time.perf_counter(), step)
+            self.first = (self.step_time, step)
         job = self.current()
         self.emit({"event": "step", "job": str(job) if job else None, "step": step, "total": total, "loss": loss})
         if self.bar is not None:
-            self.bar.set_postfix_str(f"it {step}/{total} loss {loss:.3g}", refresh=False)
+            self.bar.set_postfix_str(f"{self.unit} {step}/{total}" + (f" loss {loss:.3g}" if loss is not None else ""),
+                                     refresh=False)
             self.bar.refresh() if step % 50 == 0 or step == total else None
             return
         elapsed, rate = time.perf_counter() - self.job_start, self.rate()
         measured = step - self.first[1]
         if not self.calibrated and self.run_done == 0 and rate is not None and (
-                step >= total or (measured >= 10 and time.perf_counter() - self.first[0] >= 1.0)):
+                step >= total or measured >= 3 or time.perf_counter() - self.first[0] >= 5.0):
             from .heartbeat import duration
 
             self.calibrated = True
             self.say(f"estimate: ~{duration(self.eta() + elapsed)} for the {len(self.pending)} job(s) "
-                     f"({rate:.3g} s per iteration measured over {measured} iterations of job 1; an estimate: "
-                     "jobs of other variants or settings may differ)")
+                     f"({rate:.3g} s per {self.unit} measured over {measured} steps of job 1; an estimate, "
+                     "corrected on every line: jobs of other variants or settings may differ)")
         if self.beat is not None and self.beat.due():
             self.say(self.heartbeat_line())
 

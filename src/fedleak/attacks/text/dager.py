@@ -17,6 +17,7 @@ chooses the tokens, it is not the proof.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from torch import nn
 
 from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
+from ..progress import counting, loop_progress
 from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
 from .final_token import recover_final
 from .incremental import last_inputs
@@ -88,58 +90,66 @@ class Dager(Attack):
             return first.distance(x, fast=True).min(0).values
 
         positional = model_type(model) != "llama"
-        cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional)
-        extras["first_threshold"] = tau1
-        extras["candidates_per_position"] = [int(c.numel()) for c in cands]
-        # under next-token loss with no target after the sequence, the final position has no gradient at all
-        hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
-        steps = length - 1 if hidden_final else length
-        exact = exactness(n * steps, limit, first, second, gap_found=gap_found)
-        extras["exactness"] = exact
+        # progress (fedleak.attacks.progress): vocabulary chunks, then growth steps (decoders) or sweeps (encoders)
+        total = math.ceil(vocab_size(model) / 1024) + (length if causal else (opts.restarts + 1) * opts.sweeps)
+        with loop_progress(total, "search steps", "dager") as tick:
+            advance = counting(tick)
+            cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional,
+                                              advance=advance)
+            extras["first_threshold"] = tau1
+            extras["candidates_per_position"] = [int(c.numel()) for c in cands]
+            # under next-token loss with no target after the sequence, the final position has no gradient at all
+            hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
+            steps = length - 1 if hidden_final else length
+            exact = exactness(n * steps, limit, first, second, gap_found=gap_found)
+            extras["exactness"] = exact
 
-        def second_distance(ids):
-            return torch.stack([second.distance(capture(model, p, ids, second.modules[0])) for p in points]).min(0).values
-
-        outside = outside_level(second_distance, vocab_size(model), length, gen)
-        extras["outside_min"] = float(outside.min())
-        if causal:
-            def pair_distance(prefixes, cand):
-                return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand, opts.chunk))
+            def second_distance(ids):
+                return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
                                     for p in points]).min(0).values
 
-            prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
-                                         cap_factor=opts.beam_factor, pair_distance=pair_distance)
-            extras["growth"] = info
-            verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
-            ids = prefixes
-            if hidden_final and prefixes.shape[1] == steps:
-                ids, final_info = self._final(model, update, prefixes, cands, opts)
-                extras["final_token"] = final_info
-            elif ids.shape[1] < length:
-                ids = torch.cat([ids, torch.zeros(ids.shape[0], length - ids.shape[1], dtype=torch.long)], 1)
-        else:
-            ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,
-                                             restarts=opts.restarts, generator=gen, chunk=opts.chunk)
-            tau = info["threshold"]
-            per_seq = dist.max(1).values
-            verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
-            extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
-        extras["span_verified"] = bool(verified)  # every sequence's inputs below the span threshold
-        # the leading-directions spans that stand in under noise still return what they found (never certain)
-        tried = exact["holds"] or exactness(n * steps, limit, first, second)["holds"]
-        if not tried and not verified:
-            extras["note"] = "exactness condition fails and the recovery does not verify: no sequence is returned"
-            ids = torch.zeros(0, length, dtype=torch.long)
-        # proved = the update recomputed from the recovered sequences (and labels) matches the one sent
-        check = verify_update(model, update, ids, spec.num_classes)
-        exact["verification"] = check
-        extras["verified"] = extras["certain"] = bool(check["holds"])
-        if exact["holds"] and not check["holds"]:
-            exact["reason"] += ("; but the update recomputed from the recovered sequences does not match the one sent"
-                                + (f" (relative error {check['relative_error']:.1e} ≥ {check['tolerance']:g})"
-                                   if check["relative_error"] is not None else f" ({check.get('note')})"))
-        extras["seconds"] = time.perf_counter() - start
-        return text_result(ids, model, extras)
+            outside = outside_level(second_distance, vocab_size(model), length, gen)
+            extras["outside_min"] = float(outside.min())
+            if causal:
+                def pair_distance(prefixes, cand):
+                    return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand,
+                                                                    opts.chunk)) for p in points]).min(0).values
+
+                prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
+                                             cap_factor=opts.beam_factor, pair_distance=pair_distance,
+                                             advance=advance)
+                extras["growth"] = info
+                verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
+                ids = prefixes
+                if hidden_final and prefixes.shape[1] == steps:
+                    ids, final_info = self._final(model, update, prefixes, cands, opts)
+                    extras["final_token"] = final_info
+                elif ids.shape[1] < length:
+                    ids = torch.cat([ids, torch.zeros(ids.shape[0], length - ids.shape[1], dtype=torch.long)], 1)
+            else:
+                ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,
+                                                 restarts=opts.restarts, generator=gen, chunk=opts.chunk,
+                                                 advance=advance)
+                tau = info["threshold"]
+                per_seq = dist.max(1).values
+                verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
+                extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
+            extras["span_verified"] = bool(verified)  # every sequence's inputs below the span threshold
+            # the leading-directions spans that stand in under noise still return what they found (never certain)
+            tried = exact["holds"] or exactness(n * steps, limit, first, second)["holds"]
+            if not tried and not verified:
+                extras["note"] = "exactness condition fails and the recovery does not verify: no sequence is returned"
+                ids = torch.zeros(0, length, dtype=torch.long)
+            # proved = the update recomputed from the recovered sequences (and labels) matches the one sent
+            check = verify_update(model, update, ids, spec.num_classes)
+            exact["verification"] = check
+            extras["verified"] = extras["certain"] = bool(check["holds"])
+            if exact["holds"] and not check["holds"]:
+                exact["reason"] += ("; but the update recomputed from the recovered sequences does not match the one "
+                                    "sent" + (f" (relative error {check['relative_error']:.1e} ≥ {check['tolerance']:g})"
+                                              if check["relative_error"] is not None else f" ({check.get('note')})"))
+            extras["seconds"] = time.perf_counter() - start
+            return text_result(ids, model, extras)
 
     @staticmethod
     def _final(model, update, prefixes, cands, opts):

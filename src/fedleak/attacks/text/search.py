@@ -25,9 +25,11 @@ Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B
 
 
 def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first_distance, vocab: int,
-                     length: int, positional: bool, chunk: int = 1024, max_per_position: int = 4096) -> tuple[list[torch.Tensor], torch.Tensor, float]:
+                     length: int, positional: bool, chunk: int = 1024, max_per_position: int = 4096,
+                     advance: Callable[[], None] | None = None) -> tuple[list[torch.Tensor], torch.Tensor, float]:
     """Per position the tokens whose first-layer input lies in the first span.
 
+    ``advance()`` (progress, :mod:`fedleak.attacks.progress`) is called after every vocabulary chunk.
     Returns (candidates per position sorted by distance, distances (V, L), threshold).
     ``positional`` False (RoPE): the input does not depend on the position, one column is computed.
     """
@@ -36,6 +38,8 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     for start in range(0, vocab, chunk):
         ids = torch.arange(start, min(vocab, start + chunk)).unsqueeze(1).expand(-1, width)
         parts.append(first_distance(first_inputs(ids)).float())
+        if advance is not None:
+            advance()
     dist = torch.cat(parts)
     if not positional:
         dist = dist.expand(-1, length)
@@ -77,13 +81,14 @@ def split(dist: torch.Tensor, outside: torch.Tensor, accepted: list[float]) -> f
 
 def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_sequences: int,
                 outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8,
-                pair_distance=None) -> tuple[torch.Tensor, dict]:
+                pair_distance=None, advance: Callable[[], None] | None = None) -> tuple[torch.Tensor, dict]:
     """Greedy left-to-right growth of prefixes through the second span (DAGER Alg. 1).
 
     Returns the surviving prefixes (P, steps) and diagnostics (threshold, per-step survivors,
     whether every step had a clean gap). At most ``cap_factor``·N prefixes are kept per step.
     ``pair_distance(prefixes, cand)`` (optional) gives the new position's distances of all pairs at
     once (:mod:`.incremental`, the first block's key/value cache) instead of whole-pair passes.
+    ``advance()`` is called after every growth step (progress).
     """
     prefixes = torch.zeros(1, 0, dtype=torch.long)
     worst = torch.zeros(1, dtype=torch.float64)  # per prefix: its largest accepted distance / threshold
@@ -119,6 +124,8 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
         worst = torch.maximum(worst.repeat_interleave(cand.numel())[keep], ratio)
         prefixes = pairs[keep]
         survivors.append(int(keep.numel()))
+        if advance is not None:
+            advance()
     if prefixes.shape[0] > num_sequences:  # the N prefixes that stayed closest to the span
         best = worst.argsort()[:num_sequences]
         prefixes, worst = prefixes[best], worst[best]
@@ -130,9 +137,11 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
 def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: int, outside: torch.Tensor, *,
                    sweeps: int = 6,
                    restarts: int = 8, generator: torch.Generator | None = None,
-                   chunk: int = 2048, init: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+                   chunk: int = 2048, init: torch.Tensor | None = None,
+                   advance: Callable[[], None] | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Pruned search for encoders: coordinate descent per slot with restarts (see module docstring).
 
+    ``advance()`` is called after every sweep (progress): at most (restarts + 1) × sweeps of them.
     Returns (sequences (N, L), per-position distances (N, L), diagnostics).
     """
     length = len(cands)
@@ -159,6 +168,8 @@ def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: 
                 changed |= bool((best != seqs[:, p]).any())
                 seqs[:, p] = best
             changed |= swap(seqs)
+            if advance is not None:
+                advance()
             if not changed:
                 break
         return seqs

@@ -22,6 +22,7 @@ from torch import nn
 from ...fl.client import local_training, sequential_schedule
 from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
+from ..progress import loop_progress
 from .common import task_of, text_result, vocab_size
 from .probes import _param_names, base_of
 
@@ -61,21 +62,23 @@ class Tag(Attack):
 
         relaxed.forward = forward
         history = []
-        for _ in range(opts.steps):
-            optimizer.zero_grad()
-            weights = logits.softmax(-1)
-            emb_table = params.get(table_name, table.detach())
-            state["ids"] = logits.argmax(-1).detach()
-            embeds = weights @ emb_table
-            result = local_training(relaxed, params, embeds, labels, sequential_schedule(n, update.protocol),
-                                    update.protocol.lr, create_graph=True, train_mode=False,
-                                    loss_fn=model.loss_fn if hasattr(model, "loss_fn") else None)
-            sim = result.grad_sum
-            loss = sum(((sim[k] - target[k]) ** 2).sum() + opts.alpha * (sim[k] - target[k]).abs().sum()
-                       for k in target)
-            loss.backward()
-            optimizer.step()
-            history.append(loss.item())
+        with loop_progress(opts.steps, "iteration", "tag") as tick:  # progress, interrupt check
+            for step in range(opts.steps):
+                optimizer.zero_grad()
+                weights = logits.softmax(-1)
+                emb_table = params.get(table_name, table.detach())
+                state["ids"] = logits.argmax(-1).detach()
+                embeds = weights @ emb_table
+                result = local_training(relaxed, params, embeds, labels, sequential_schedule(n, update.protocol),
+                                        update.protocol.lr, create_graph=True, train_mode=False,
+                                        loss_fn=model.loss_fn if hasattr(model, "loss_fn") else None)
+                sim = result.grad_sum
+                loss = sum(((sim[k] - target[k]) ** 2).sum() + opts.alpha * (sim[k] - target[k]).abs().sum()
+                           for k in target)
+                loss.backward()
+                optimizer.step()
+                history.append(loss.item())
+                tick(step + 1, history[-1])
         ids = logits.argmax(-1).detach()
         extras = {"exactness": {"holds": False, "tokens": n * length, "limit": 0,
                                 "reason": "optimization attack: an estimate at a stated budget, never exact"},

@@ -30,6 +30,7 @@ from torch import nn
 
 from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
+from ..progress import loop_progress
 from .common import exactness, first_inputs_fn, task_of, text_result, vocab_size
 from .dager import calibrate_widths
 from .probes import _hook, _Stop, base_of, is_causal, model_type, probes
@@ -78,16 +79,18 @@ class Tiger(Attack):
             logits[torch.arange(n), :, torch.arange(n) % k] += 1.0  # slot n starts on the n-th closest token
         optimizer = torch.optim.Adam([logits], lr=opts.lr)
         history = []
-        for _ in range(opts.steps):
-            optimizer.zero_grad()
-            embeds = torch.einsum("nlk,lkd->nld", logits.softmax(-1), table[cands])
-            x1, x2 = _probe_inputs(model, embeds, first.modules[0], second.modules[0])
-            loss = (first.distance(x1) ** 2).mean() + (second.distance(x2) ** 2).mean()
-            if opts.coverage:
-                loss = loss + opts.coverage * (1 - _coverage(x2.reshape(-1, x2.shape[-1]), second.spans[0]))
-            loss.backward()
-            optimizer.step()
-            history.append(loss.item())
+        with loop_progress(opts.steps, "iteration", "tiger") as tick:  # progress, interrupt check
+            for step in range(opts.steps):
+                optimizer.zero_grad()
+                embeds = torch.einsum("nlk,lkd->nld", logits.softmax(-1), table[cands])
+                x1, x2 = _probe_inputs(model, embeds, first.modules[0], second.modules[0])
+                loss = (first.distance(x1) ** 2).mean() + (second.distance(x2) ** 2).mean()
+                if opts.coverage:
+                    loss = loss + opts.coverage * (1 - _coverage(x2.reshape(-1, x2.shape[-1]), second.spans[0]))
+                loss.backward()
+                optimizer.step()
+                history.append(loss.item())
+                tick(step + 1, history[-1])
         ids = cands[torch.arange(length), logits.argmax(-1)]  # (N, L)
         extras = {"exactness": exact, "loss": history[-1] if history else None, "candidates": k,
                   "first": first.describe(), "second": second.describe(), "task": task_of(model)}
