@@ -172,6 +172,11 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
         for s in attacks.values():
             series[f"{key}: {s['title']}"] = s.get("rouge1_per_input", [])
     plots = {"rouge-distribution": ("Per-sequence ROUGE-1 of each attack", rouge_distribution(series))}
+    if isinstance(result.get("membership"), dict):  # membership of candidate documents (audit/membership.py)
+        from .membership import roc_plot
+
+        plots["membership-roc"] = ("Membership of candidate documents: ROC of the gradient-alignment score",
+                                   roc_plot(result["membership"]))
     sweep = result.get("sweep")
     if sweep:
         values = [p["value"] for p in result["points"]]
@@ -207,6 +212,11 @@ def results_body(point: dict, examples: dict) -> list[str]:
     body = [_html_table(table, columns(table), ".2f")]
     if "malicious" in point["scenarios"]:
         body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
+    training = (point.get("settings") or {}).get("training")
+    if isinstance(training, dict) and training.get("statement"):
+        body.append(_html_text(f"Client training: {training['statement']}."))
+    if isinstance(point.get("membership"), dict) and point["membership"].get("sentence"):
+        body.append(_html_text(point["membership"]["sentence"]))
     for (scenario, attack), ex in examples.items():
         body.append(pairs_html(f"{scenario}: {attack}", ex))
     return body

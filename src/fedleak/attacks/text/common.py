@@ -76,8 +76,9 @@ def exactness(tokens: int, limit: int, first, second, reason_extra: str = "") ->
         reason = (f"{tokens} token inputs in the step fit the first span's width {limit}; gaps found at rank "
                   f"{first.rank} (first) and {second.rank} (second)")
     elif tokens > limit and not (first.proper and second.proper):
-        reason = (f"{tokens} token inputs exceed the span limit {limit} (layer width or LoRA rank): the gradient "
-                  "has full rank, every candidate lies in its span, no span test can separate tokens")
+        reason = (f"{tokens} token inputs exceed the span limit {limit} (layer width or LoRA rank) "
+                  f"{tokens / max(limit, 1):.1f}-fold: the gradient has full rank, every candidate lies in its span, "
+                  "no span test can separate tokens")
     elif not first.proper or not second.proper:
         reason = (f"no gap in the singular values below the width (first rank {first.rank} of {first.width}, "
                   f"second {second.rank} of {second.width}): the span is not a proper subspace (noise or too many "
