@@ -85,6 +85,25 @@ def test_membership_alignment_separates_members_on_llama_tiny(lm):
     assert len(entry["scores"]) == 16 and entry["roc"]["fpr"][-1] == 1.0
 
 
+def test_candidate_documents_from_a_file_go_half_into_the_client(tmp_path, lm):
+    from fedleak.audit.membership import build_candidates, read_candidates
+    from fedleak.data.tokenizers import default_tokenizer
+
+    spec, clients = lm
+    path = tmp_path / "docs.txt"
+    path.write_text("\n".join(f"document number {i} tells of river {i} and its many bridges" for i in range(6))
+                    + "\n\n", encoding="utf-8")
+    docs = read_candidates(path)
+    assert len(docs) == 6
+    victim, ids, labels, members = build_candidates(clients[0], None, 0, seed=0, docs=docs,
+                                                    tokenizer=default_tokenizer(), seq_len=8, pad=spec.pad_id)
+    assert ids.shape == (6, 8) and members.tolist() == [True] * 3 + [False] * 3
+    rows = {tuple(r) for r in victim.inputs.long().tolist()}
+    assert all(tuple(ids[i].tolist()) in rows for i in range(3))  # members are in the client's data
+    assert not any(tuple(ids[i].tolist()) in rows for i in range(3, 6))
+    assert len(victim) == len(clients[0])
+
+
 # -- the audit: --flowertune, --candidates, bad inputs ---------------------------------------------
 def _audit(tmp_path, *extra):
     out = tmp_path / "out"

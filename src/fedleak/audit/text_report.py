@@ -23,6 +23,8 @@ CSS = """
 .tok-ok { background: #d1f0dc; }
 .tok-bad { background: #fbd5d1; text-decoration: line-through; }
 .tok-none { color: var(--muted); font-style: italic; }
+.pairs details.tokens { margin-top: .25rem; font-size: .75rem; color: var(--muted); }
+.pairs details.tokens summary { cursor: pointer; }
 """
 
 
@@ -97,10 +99,43 @@ def _marked_html(marks) -> str:
     return " ".join(f'<span class="{"tok-ok" if ok else "tok-bad"}">{html.escape(tok)}</span>' for tok, ok in marks)
 
 
+def _pieces(tokens) -> list[str]:
+    """Display tokens as they join into words: WordPiece ``##x`` attaches to the word before it; byte-level
+    BPE / SentencePiece pieces carry their own leading space (``Ġ``/``▁`` shown as a space by the audit),
+    ``Ċ`` is a line break; other tokens are separated by a space."""
+    spaced = any(t[:1] == " " for t in tokens)
+    out = []
+    for i, tok in enumerate(tokens):
+        tok = tok.replace("Ċ", " ⏎ ").replace("ĉ", " ")
+        if tok.startswith("##"):
+            out.append(tok[2:])
+        elif spaced or i == 0:
+            out.append(tok)
+        else:
+            out.append(" " + tok)
+    return out
+
+
+def words_html(tokens, marks=None) -> str:
+    """The sequence as words a person reads (right/wrong marks kept on each piece when given)."""
+    if marks is not None:
+        if not marks:
+            return '<span class="tok-none">nothing recovered</span>'
+        pieces = _pieces([tok for tok, _ in marks])
+        return "".join(f'<span class="{"tok-ok" if ok else "tok-bad"}">{html.escape(p)}</span>'
+                       for p, (_, ok) in zip(pieces, marks))
+    return html.escape("".join(_pieces(list(tokens))))
+
+
+def _cell(words: str, tokens: str) -> str:
+    return f'{words}<details class="tokens"><summary>tokens</summary>{tokens}</details>'
+
+
 def pairs_html(caption: str, ex) -> str:
-    """Original and recovered sequences side by side, recovered tokens marked."""
-    body = "".join(f"<tr><td>{i + 1}{' ✓' if exact else ''}</td><td>{_tokens_html(orig)}</td>"
-                   f"<td>{_marked_html(rec)}</td></tr>"
+    """Original and recovered sequences side by side as words (tokens a click away), recovered pieces marked."""
+    body = "".join(f"<tr><td>{i + 1}{' ✓' if exact else ''}</td>"
+                   f"<td>{_cell(words_html(orig), _tokens_html(orig))}</td>"
+                   f"<td>{_cell(words_html(None, rec), _marked_html(rec))}</td></tr>"
                    for i, (orig, rec, exact) in enumerate(zip(ex.originals, ex.recovered, ex.exact)))
     return (f"<h3>{html.escape(caption)}</h3><div class=\"table-wrap\"><table class=\"pairs\"><thead><tr><th>#</th>"
             f"<th>Original (client)</th><th>Recovered by the server (green: right token, red: wrong)</th>"

@@ -124,6 +124,12 @@ class Dager(Attack):
         final_ok = final.get("recovered", True) and final.get("residual_after", 0.0) < 1e-3
         extras["certain"] = bool(exact["holds"] and verified and final_ok)
         extras["verified"] = bool(verified)
+        dropout = dropout_in_training(model)
+        if dropout and exact["holds"] and not verified:  # the rank allows it: dropout is what fails
+            exact["dropout"] = dropout
+            exact["reason"] += (f"; but the client trained with dropout on ({dropout}): the first layers' inputs "
+                                "were masked, rescaled copies of the token vectors, outside the finite candidate "
+                                "set, so the recovery does not verify: dropout, not rank, is what fails")
         if not exact["holds"] and not verified:
             extras["note"] = "exactness condition fails and the recovery does not verify: no sequence is returned"
             ids = torch.zeros(0, length, dtype=torch.long)
@@ -140,6 +146,17 @@ class Dager(Attack):
         finals, info = recover_final(model, update.server_params, update.pseudo_gradient(), prefixes,
                                      lambda ids: simulate(model, update, ids), dummy)
         return torch.cat([prefixes, finals.unsqueeze(1)], 1), info
+
+
+def dropout_in_training(model) -> str:
+    """The dropout a client's train-mode step applies (``"p=0.1 × 13"``), empty when none acts."""
+    rates_of = getattr(model, "dropout_rates", None)
+    rates = rates_of() if callable(rates_of) else {}
+    counts: dict = {}
+    for name, p in rates.items():
+        key = f"{'LoRA ' if 'lora_dropout' in name else ''}p={p:g}"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{k} × {n}" for k, n in counts.items())
 
 
 def calibrate_widths(model, params, first, second, vocab, length, generator) -> int:
