@@ -331,8 +331,7 @@ def client_update(
     generator.manual_seed(int(seed))
     schedule = batch_schedule(len(data), protocol, generator)
     try:
-        # dropout masks (a pretrained model's dropout, LoRA dropout) come from torch's global generator:
-        # seeded from ``seed`` on a forked copy, so the update is reproducible and the caller's RNG untouched
+        # dropout masks (model, LoRA) come from torch's generator: seeded on a forked copy (reproducible updates)
         with torch.random.fork_rng(devices=[first.device] if first.device.type == "cuda" else []):
             torch.random.default_generator.manual_seed(int(seed) + 104_729)
             if first.device.type == "cuda":
