@@ -86,6 +86,7 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
     from ..runs.outdir import prepare_out_dir
 
     cfg = _config(config, settings)
+    cfg.extra = dict(cfg.extra)  # this run's own (the preset and the candidate documents go here)
     if cfg.flowertune:  # the FlowerTune client where the user gave no value (audit/flowertune.py)
         from . import flowertune
 
