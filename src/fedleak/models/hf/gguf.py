@@ -204,6 +204,10 @@ def convert(path, to) -> dict:
     tok = gguf_tokenizer(p)
     hf = _load_hf(p, "shipped")
     loaded = time.perf_counter() - start
+    from ...data import tokenizers as toks
+
+    # the padding id the GGUF-loaded model uses (the tokenizer's pad token), so both load the same model
+    hf.config.pad_token_id = toks.pad_id(tok, getattr(hf.config, "eos_token_id", None))
     target.mkdir()
     try:
         hf.save_pretrained(str(target), safe_serialization=True)
