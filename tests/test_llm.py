@@ -203,9 +203,11 @@ def test_smollm2_converts_once_and_loads_from_the_folder(tmp_path):
                               tokenizer=folder)
     model = models.build(folder, spec, seed=0, lora=8, lora_dropout=0.075, lora_targets="peft")
     assert model.vocab_size == 49152 and model.lora_config["targets"] == ["q_proj", "v_proj"]
-    ids = torch.tensor([model.tokenizer.encode("The capital of France is").ids])
-    with torch.no_grad():
-        nxt = model(ids).logits[0, -1].argmax().item()
-    assert model.tokenizer.decode([nxt]).strip() == "Paris"  # real pretrained weights
+    ids = torch.tensor([model.tokenizer.encode("The capital of France is Paris, a city on the river Seine.").ids])
+    model.eval()
+    with torch.no_grad():  # real pretrained weights: far below the uniform guess's ln(49152) = 10.8 nats
+        loss = model.loss_fn(model(ids), torch.tensor([-100])).item()
+    model.train()
+    assert loss < 6.0, loss
     update = client_update(model, clients[0], Protocol("fedsgd", lr=5e-5), seed=0)
     assert set(update.gradient) == {n for n, p in model.named_parameters() if p.requires_grad}
