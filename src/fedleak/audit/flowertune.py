@@ -15,11 +15,11 @@ plain SGD at the round's lr (FlowerTune's Trainer uses AdamW; the pseudo-gradien
 small steps is what the membership score reads); round 1's lr (5e-5) is used; ``--lora-warmup S``
 gives a later round (B ≠ 0).
 
-Scaling on CPU: one step of 16 × 512 tokens through SmolLM2 with rank-32 adapters costs about
-100 CPU-s (measured, ``benchmarks/bench_llm.py``), 10 steps ≈ 1,000 CPU-s, plus a gradient per
-candidate document at 512 tokens. On a CPU device, when ``--seq-len`` is not given, the preset cuts
-the sequences to :data:`CPU_SEQ_LEN` tokens (batch, steps, rank and dropout unchanged) and says so;
-``--seq-len 512`` runs the full shape.
+Scaling on CPU: the full client update is 10 steps of 16 × 512 tokens through the model (plus one
+gradient per candidate document at 512 tokens), on the order of a thousand CPU-seconds for SmolLM2
+on two cores (``benchmarks/bench_llm.py flowertune --seq-len-override 512`` measures it). On a CPU
+device, when ``--seq-len`` is not given, the preset cuts the sequences to :data:`CPU_SEQ_LEN` tokens
+(batch, steps, rank and dropout unchanged) and says so; ``--seq-len 512`` runs the full shape.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def apply(cfg, device: str = "cpu"):
                       f"{FULL['lora']}, alpha {FULL['lora_alpha']}, dropout {FULL['lora_dropout']}, PEFT's default "
                       f"targets, lr {FULL['lr']:g}",
         "shape": shape, "scaled": scaled,
-        "scaling": (f"scaled down on CPU: sequences of {CPU_SEQ_LEN} tokens instead of {FULL['seq_len']} (batch, "
-                    f"steps, rank and dropout as FlowerTune); one full 16 × 512 step costs about 100 CPU-s through "
-                    f"SmolLM2, 10 steps about 1,000 CPU-s; --seq-len 512 runs the full shape") if scaled else None,
+        "scaling": (f"scaled down on CPU: sequences of {CPU_SEQ_LEN} tokens instead of {FULL['seq_len']} "
+                    f"({FULL['seq_len'] // CPU_SEQ_LEN}x fewer tokens per step; batch, steps, rank and dropout as "
+                    f"FlowerTune); --seq-len {FULL['seq_len']} runs the full shape") if scaled else None,
         "differences": "local optimizer: plain SGD at round 1's lr (FlowerTune: AdamW, lr 5e-5 → 1e-6 cosine over "
                        "the rounds); round 1 (B = 0) unless --lora-warmup gives a later one",
     }
