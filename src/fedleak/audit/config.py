@@ -168,6 +168,13 @@ class AuditConfig:
     lora_warmup: int = 0
     text_field: str = "text"
     label_field: str = "label"
+    # clients train as deployments do: dropout as the model's config says ("shipped") or "off" on request;
+    # PEFT's adapter dropout; the FlowerTune preset (audit/flowertune.py); membership of candidate documents
+    dropout: str = "shipped"
+    lora_dropout: Optional[float] = None
+    flowertune: bool = False
+    membership: int = 0
+    candidates: Optional[str] = None
     tune: int = 0
     tune_clients: int = 2
     extra: dict = field(default_factory=dict, repr=False)
@@ -182,6 +189,7 @@ class AuditConfig:
         "sample_rate": {"gt": 0, "le": 1}, "delta": {"gt": 0, "lt": 1},
         "bins": {"ge": 1, "le": 100_000}, "iterations": {"ge": 1, "le": 10_000_000},
         "seq_len": {"ge": 2, "le": 65_536}, "lora": {"ge": 1, "le": 4096}, "lora_warmup": {"ge": 0, "le": 1_000_000},
+        "lora_dropout": {"ge": 0, "lt": 1}, "membership": {"ge": 0, "le": 100_000},
         "tune": {"ge": 0, "le": 100_000}, "tune_clients": {"ge": 1, "le": 10_000},
     }
 
@@ -301,6 +309,8 @@ class AuditConfig:
         _integer("lora_warmup", self.lora_warmup, 0)
         if self.seq_len is not None:
             _integer("seq_len", self.seq_len, 2)
+        if self.dropout not in ("shipped", "off"):
+            raise FedleakError(f"dropout must be 'shipped' (as the model's config says) or 'off', got {self.dropout!r}")
         return Plan(tuple(scenarios), defense, secagg, rounds, sample_rate, float(delta), lora)
 
 

@@ -254,6 +254,11 @@ def _setup_text(result: dict) -> str:
     if sweep and knob != "defense":
         lines.append(f"Swept: {sweep['label']} = {values} (the protocol below is the first value's).")
     lines += [p["text"] for p in result["points"][0]["scenarios"].values() if p.get("text")]
+    preset = result.get("flowertune")
+    if isinstance(preset, dict):  # --flowertune (audit/flowertune.py): the shape audited and how it was scaled
+        lines.append(f"Preset: {preset['preset']}, {preset['full_shape']}; audited: {preset['shape']}."
+                     + (f" {preset['scaling'][0].upper()}{preset['scaling'][1:]}." if preset.get("scaling") else "")
+                     + f" Differences: {preset['differences']}.")
     if result.get("quick"):
         lines.append(QUICK_CAVEAT)
     if sweep and any(p.get("epsilon") for p in result["points"]):

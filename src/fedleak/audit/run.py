@@ -21,6 +21,7 @@ from pathlib import Path
 from .. import data
 from ..errors import FedleakError
 from . import report
+from . import membership as text_membership
 from . import text as text_audit
 from .config import AuditConfig
 from .engine import Auditor
@@ -85,6 +86,12 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
     from ..runs.outdir import prepare_out_dir
 
     cfg = _config(config, settings)
+    cfg.extra = dict(cfg.extra)  # this run's own (the preset and the candidate documents go here)
+    if cfg.flowertune:  # the FlowerTune client where the user gave no value (audit/flowertune.py)
+        from . import flowertune
+
+        cfg, preset = flowertune.apply(cfg, cfg.device)
+        cfg.extra["flowertune"] = preset
     if log is not None and not callable(log):
         raise FedleakError(f"fedleak.audit(): log must be a callable (e.g. print) or None, got {type(log).__name__}")
     out = prepare_out_dir(out, "fedleak.audit(): out")
@@ -129,12 +136,16 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     if short:
         raise FedleakError(f"client(s) {', '.join(short[:3])} of {cfg.data!r} hold fewer than {max_samples} samples")
     text_models: dict = {}
+    outside = text_membership.outside_pool(cfg, model_name, needed, max_samples) if is_text else None
 
     def model_for(plan):
         """The text model at this setting's LoRA rank (built once per rank)."""
         if plan.lora not in text_models:
+            from .flowertune import lora_options
+
             built = text_audit.build_model(model_name, spec, seed=cfg.model_seed, lora=plan.lora,
-                                           lora_warmup=cfg.lora_warmup, weights=cfg.weights)
+                                           lora_warmup=cfg.lora_warmup, weights=cfg.weights, dropout=cfg.dropout,
+                                           lora_dropout=cfg.lora_dropout, **lora_options(cfg))
             text_audit.check_fits(built, pool[0].inputs, model_name)
             text_models[plan.lora] = built.to(device)
         return text_models[plan.lora]
@@ -174,7 +185,11 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             if is_text:
                 point.data["settings"].update({"lora": plan.lora, "seq_len": spec.seq_len,
                                                "trainable_parameters": sum(p.numel() for p in auditor.model.parameters()
-                                                                           if p.requires_grad)})
+                                                                           if p.requires_grad),
+                                               "training": text_membership.training(auditor.model, cfg)})
+                if text_membership.wanted(cfg):
+                    point.data["membership"] = text_membership.measure_point(cfg, auditor.model, spec, pool, outside,
+                                                                             plan, show)
             point.data["verdicts"] = {k: v["verdict"] for k, v in point.data["threat_models"].items()}
             points.append(point.data)
             examples.append(point.examples)
@@ -194,6 +209,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         result.update({"headline": head, "verdicts": points[head]["verdicts"],
                        "threat_models": points[head]["threat_models"], "scenarios": points[head]["scenarios"],
                        "epsilon": points[head]["epsilon"], "environment": environment(device)})
+        if is_text:
+            result.update(text_membership.result_entries(cfg, points))
         result["what_to_change"] = report.what_to_change(result)
         if is_text:  # a low verdict where the exact attacks could not decide is no protection
             undecided = [p["value"] for p in points if p["threat_models"]["honest-but-curious"].get("condition_failed")

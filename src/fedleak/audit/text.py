@@ -66,6 +66,10 @@ def model_task_and_tokenizer(name: str):
 
     if name == "minilm":
         return "classification", toks.load_tokenizer(toks.minilm_path())
+    if name == "smollm2" or (isinstance(name, str) and name.lower().endswith(".gguf")):
+        from ..models.hf import gguf
+
+        return "causal-lm", gguf.gguf_tokenizer(gguf.smollm2_file() if name == "smollm2" else name)
     if name in builders.CONFIGS or name == TOY_LM:
         return "causal-lm", toks.default_tokenizer()
     if is_model_folder(name):
@@ -74,8 +78,8 @@ def model_task_and_tokenizer(name: str):
     from ..models.hf import HF_MODELS
 
     raise FedleakError(f"--model {name!r} is not a language model; text audits take "
-                       f"{', '.join([*HF_MODELS, TOY_LM])} or a model folder (config.json + *.safetensors + "
-                       f"tokenizer.json)")
+                       f"{', '.join([*HF_MODELS, TOY_LM])}, a model folder (config.json + *.safetensors + "
+                       f"tokenizer.json) or a .gguf file")
 
 
 def prepare(cfg, name: str, num_clients: int, samples: int):
@@ -91,14 +95,20 @@ def prepare(cfg, name: str, num_clients: int, samples: int):
 
 
 def build_model(name: str, spec: DataSpec, *, seed: int, lora: Optional[int], lora_warmup: int,
-                weights: Optional[str] = None):
-    """The audited language model (LoRA adapters on when ``lora``), checked on one sequence."""
+                weights: Optional[str] = None, dropout: str = "shipped", lora_dropout: Optional[float] = None,
+                lora_targets: str = "attention"):
+    """The audited language model (LoRA adapters on when ``lora``), checked on one sequence.
+
+    ``dropout``: ``shipped`` (as the model's config says) or ``off``; ``lora_dropout``: PEFT's adapter
+    dropout (default PEFT's, 0; ``dropout="off"`` turns it off too); ``lora_targets``: ``attention``
+    or ``peft`` (PEFT's default target modules, as FlowerTune)."""
     from .. import models
     from .model_loading import load_weights
 
     options = {}
     if name != TOY_LM:
-        options = {"lora": lora, "lora_warmup": lora_warmup}
+        options = {"lora": lora, "lora_warmup": lora_warmup, "dropout": dropout, "lora_targets": lora_targets,
+                   "lora_dropout": 0.0 if dropout == "off" or lora_dropout is None else float(lora_dropout)}
     elif lora or lora_warmup:
         raise FedleakError(f"--lora needs a Hugging Face model (minilm, gpt2-tiny, llama-tiny, a folder), not {name!r}")
     model = models.build(name, spec, seed=seed, **options)

@@ -23,6 +23,8 @@ CSS = """
 .tok-ok { background: #d1f0dc; }
 .tok-bad { background: #fbd5d1; text-decoration: line-through; }
 .tok-none { color: var(--muted); font-style: italic; }
+.pairs details.tokens { margin-top: .25rem; font-size: .75rem; color: var(--muted); }
+.pairs details.tokens summary { cursor: pointer; }
 """
 
 
@@ -97,10 +99,43 @@ def _marked_html(marks) -> str:
     return " ".join(f'<span class="{"tok-ok" if ok else "tok-bad"}">{html.escape(tok)}</span>' for tok, ok in marks)
 
 
+def _pieces(tokens) -> list[str]:
+    """Display tokens as they join into words: WordPiece ``##x`` attaches to the word before it; byte-level
+    BPE / SentencePiece pieces carry their own leading space (``Ġ``/``▁`` shown as a space by the audit),
+    ``Ċ`` is a line break; other tokens are separated by a space."""
+    spaced = any(t[:1] == " " for t in tokens)
+    out = []
+    for i, tok in enumerate(tokens):
+        tok = tok.replace("Ċ", " ⏎ ").replace("ĉ", " ")
+        if tok.startswith("##"):
+            out.append(tok[2:])
+        elif spaced or i == 0:
+            out.append(tok)
+        else:
+            out.append(" " + tok)
+    return out
+
+
+def words_html(tokens, marks=None) -> str:
+    """The sequence as words a person reads (right/wrong marks kept on each piece when given)."""
+    if marks is not None:
+        if not marks:
+            return '<span class="tok-none">nothing recovered</span>'
+        pieces = _pieces([tok for tok, _ in marks])
+        return "".join(f'<span class="{"tok-ok" if ok else "tok-bad"}">{html.escape(p)}</span>'
+                       for p, (_, ok) in zip(pieces, marks))
+    return html.escape("".join(_pieces(list(tokens))))
+
+
+def _cell(words: str, tokens: str) -> str:
+    return f'{words}<details class="tokens"><summary>tokens</summary>{tokens}</details>'
+
+
 def pairs_html(caption: str, ex) -> str:
-    """Original and recovered sequences side by side, recovered tokens marked."""
-    body = "".join(f"<tr><td>{i + 1}{' ✓' if exact else ''}</td><td>{_tokens_html(orig)}</td>"
-                   f"<td>{_marked_html(rec)}</td></tr>"
+    """Original and recovered sequences side by side as words (tokens a click away), recovered pieces marked."""
+    body = "".join(f"<tr><td>{i + 1}{' ✓' if exact else ''}</td>"
+                   f"<td>{_cell(words_html(orig), _tokens_html(orig))}</td>"
+                   f"<td>{_cell(words_html(None, rec), _marked_html(rec))}</td></tr>"
                    for i, (orig, rec, exact) in enumerate(zip(ex.originals, ex.recovered, ex.exact)))
     return (f"<h3>{html.escape(caption)}</h3><div class=\"table-wrap\"><table class=\"pairs\"><thead><tr><th>#</th>"
             f"<th>Original (client)</th><th>Recovered by the server (green: right token, red: wrong)</th>"
@@ -172,6 +207,11 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
         for s in attacks.values():
             series[f"{key}: {s['title']}"] = s.get("rouge1_per_input", [])
     plots = {"rouge-distribution": ("Per-sequence ROUGE-1 of each attack", rouge_distribution(series))}
+    if isinstance(result.get("membership"), dict):  # membership of candidate documents (audit/membership.py)
+        from .membership import roc_plot
+
+        plots["membership-roc"] = ("Membership of candidate documents: ROC of the gradient-alignment score",
+                                   roc_plot(result["membership"]))
     sweep = result.get("sweep")
     if sweep:
         values = [p["value"] for p in result["points"]]
@@ -207,6 +247,11 @@ def results_body(point: dict, examples: dict) -> list[str]:
     body = [_html_table(table, columns(table), ".2f")]
     if "malicious" in point["scenarios"]:
         body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
+    training = (point.get("settings") or {}).get("training")
+    if isinstance(training, dict) and training.get("statement"):
+        body.append(_html_text(f"Client training: {training['statement']}."))
+    if isinstance(point.get("membership"), dict) and point["membership"].get("sentence"):
+        body.append(_html_text(point["membership"]["sentence"]))
     for (scenario, attack), ex in examples.items():
         body.append(pairs_html(f"{scenario}: {attack}", ex))
     return body

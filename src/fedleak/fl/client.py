@@ -351,9 +351,14 @@ def client_update(
     generator.manual_seed(int(seed))
     schedule = batch_schedule(len(data), protocol, generator)
     try:
-        result = local_training(model, server, inputs, data.labels.to(first.device), schedule, protocol.lr,
-                                buffers=buffers, defense=defense, generator=generator,
-                                train_mode=protocol.train_mode)
+        # dropout masks (model, LoRA) come from torch's generator: seeded on a forked copy (reproducible updates)
+        with torch.random.fork_rng(devices=[first.device] if first.device.type == "cuda" else []):
+            torch.random.default_generator.manual_seed(int(seed) + 104_729)
+            if first.device.type == "cuda":
+                torch.cuda.manual_seed(int(seed) + 104_729)
+            result = local_training(model, server, inputs, data.labels.to(first.device), schedule, protocol.lr,
+                                    buffers=buffers, defense=defense, generator=generator,
+                                    train_mode=protocol.train_mode)
     except (RuntimeError, IndexError) as exc:
         raise FedleakError(f"the model cannot be trained on client {data.client_id}'s data "
                            f"(inputs {tuple(inputs.shape)}, labels {data.labels.min().item()}..{data.labels.max().item()}): "

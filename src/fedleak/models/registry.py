@@ -80,6 +80,10 @@ def is_model_folder(name) -> bool:
 
 
 def _folder_factory(name) -> Optional[Factory]:
+    if isinstance(name, str) and name not in _FACTORIES and name.lower().endswith(".gguf"):
+        from .hf import gguf_factory  # a GGUF file (fedleak.models.hf.gguf); a missing file is one line there
+
+        return gguf_factory(name)
     if not is_model_folder(name):
         return None
     from .hf import folder_factory

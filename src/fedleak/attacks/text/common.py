@@ -93,7 +93,8 @@ def exactness(tokens: int, limit: int, first, second, reason_extra: str = "", ga
                   f"{first.rank} (first) and {second.rank} (second), down to the float32 rounding floor")
     elif not proper and (tokens > limit or floor <= ROUNDING_FLOOR):
         verb = "exceed" if tokens > limit else "fill"
-        reason = (f"{tokens} token inputs {verb} the span limit {limit} (layer width or LoRA rank): the gradient has "
+        reason = (f"{tokens} token inputs {verb} the span limit {limit} (layer width or LoRA rank)"
+                  + (f" {tokens / max(limit, 1):.1f}-fold" if tokens > limit else "") + ": the gradient has "
                   "full rank, every candidate lies in its span, no span test can separate tokens")
     elif not gap_found or not proper:
         extra["noise_filled"] = True

@@ -148,6 +148,12 @@ class Dager(Attack):
                 exact["reason"] += ("; but the update recomputed from the recovered sequences does not match the one "
                                     "sent" + (f" (relative error {check['relative_error']:.1e} ≥ {check['tolerance']:g})"
                                               if check["relative_error"] is not None else f" ({check.get('note')})"))
+            dropout = dropout_in_training(model)
+            if dropout and exact["holds"] and not check["holds"]:  # the rank allows it: dropout is what fails
+                exact["dropout"] = dropout
+                exact["reason"] += (f"; the client trained with dropout on ({dropout}): the first layers' inputs "
+                                    "were masked, rescaled copies of the token vectors, outside the finite candidate "
+                                    "set: dropout, not rank, is what fails")
             extras["seconds"] = time.perf_counter() - start
             return text_result(ids, model, extras)
 
@@ -161,6 +167,17 @@ class Dager(Attack):
         finals, info = recover_final(model, update.server_params, update.pseudo_gradient(), prefixes,
                                      lambda ids: simulate(model, update, ids), dummy)
         return torch.cat([prefixes, finals.unsqueeze(1)], 1), info
+
+
+def dropout_in_training(model) -> str:
+    """The dropout a client's train-mode step applies (``"p=0.1 × 13"``), empty when none acts."""
+    rates_of = getattr(model, "dropout_rates", None)
+    rates = rates_of() if callable(rates_of) else {}
+    counts: dict = {}
+    for name, p in rates.items():
+        key = f"{'LoRA ' if 'lora_dropout' in name else ''}p={p:g}"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{k} × {n}" for k, n in counts.items())
 
 
 def calibrate_widths(model, params, first, second, vocab, length, generator) -> int:

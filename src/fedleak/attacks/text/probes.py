@@ -128,9 +128,10 @@ def _lora_parts(module: nn.Module):
 
 
 def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params: dict) -> Optional[Probe]:
-    """The probe over ``paths`` with spans from ``gradient`` (None if a module has no gradient there)."""
+    """The probe over those of ``paths`` whose update has a gradient (they share one input; e.g. PEFT's
+    default LoRA targets on LLaMA adapt q_proj and v_proj, not k_proj); None if none has."""
     names = _param_names(model)
-    modules, dense, spans = [], [], []
+    modules, dense, spans, used = [], [], [], []
     for path in paths:
         module = _module(model, path)
         if module is None:
@@ -140,7 +141,7 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
             a, b = lora
             ga, gb = gradient.get(names.get(id(a.weight))), gradient.get(names.get(id(b.weight)))
             if ga is None or gb is None:
-                return None
+                continue
             if float(ga.abs().max()) > 0:  # B ≠ 0: A's gradient rows span the inputs directly
                 spans.append(Span.from_matrix(ga.T, f"{path}.lora_A"))
             else:  # PEFT's first round: only B moves; its rows span A·x (DAGER §5.3)
@@ -150,13 +151,16 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
             weight = getattr(module, "weight", None)
             g = gradient.get(names.get(id(weight))) if weight is not None else None
             if g is None:
-                return None
+                continue
             conv1d = type(module).__name__ == "Conv1D"  # transformers' GPT-2 layer: weight (in, out)
             dense.append(g if conv1d else g.T)
         modules.append(module)
+        used.append(path)
+    if not modules:
+        return None
     if dense:
-        spans.insert(0, Span.from_matrix(torch.cat(dense, dim=1), "+".join(paths)))
-    return Probe(tuple(modules), tuple(paths), spans)
+        spans.insert(0, Span.from_matrix(torch.cat(dense, dim=1), "+".join(used)))
+    return Probe(tuple(modules), tuple(used), spans)
 
 
 def probes(model: nn.Module, gradient: dict, params: dict) -> tuple[Probe, Probe]:

@@ -12,6 +12,12 @@ refused. Config-built models draw their random weights from the torch RNG that
   384) with a new, seeded classification head;
 * :func:`from_folder` — the user's model folder (``config.json`` + ``*.safetensors`` +
   ``tokenizer.json``): a causal LM or a classifier by the config's ``architectures``.
+
+Dropout (``dropout=``, :data:`DROPOUT_CHOICES`): a pretrained model (MiniLM, a folder, a GGUF file)
+keeps the dropout its config ships (``"shipped"``, the default: clients train as deployments train,
+e.g. MiniLM's hidden and attention dropout 0.1); ``"off"`` sets every dropout probability of the
+config to 0 on request. The config-built models of :data:`CONFIGS` are built without dropout (their
+configs are ours: random weights for the attacks' logic, not a deployment).
 """
 
 from __future__ import annotations
@@ -54,7 +60,16 @@ def transformers_module():
     return transformers
 
 
-def _tokenizer(tokenizer):
+DROPOUT_CHOICES = ("shipped", "off")
+
+
+def check_dropout(dropout) -> str:
+    if dropout not in DROPOUT_CHOICES:
+        raise FedleakError(f"dropout must be one of {', '.join(DROPOUT_CHOICES)}, got {dropout!r}")
+    return dropout
+
+
+def tokenizer_of(tokenizer):
     if tokenizer is None:
         return toks.default_tokenizer()
     if isinstance(tokenizer, (str, os.PathLike)):
@@ -62,13 +77,14 @@ def _tokenizer(tokenizer):
     return tokenizer
 
 
-def _no_dropout(config) -> None:
+def no_dropout(config) -> None:
+    """Every dropout probability of a transformers config set to 0 (before the modules are built)."""
     for key in DROPOUT_KEYS:
         if hasattr(config, key) and isinstance(getattr(config, key), (int, float)):
             setattr(config, key, 0.0)
 
 
-def _check_spec(spec: DataSpec, name: str) -> None:
+def check_spec(spec: DataSpec, name: str) -> None:
     if spec.modality != "text":
         raise FedleakError(f"model {name!r} is a language model: it needs text data (--data text), "
                            f"got the {spec.modality} dataset {spec.name!r}")
@@ -76,22 +92,22 @@ def _check_spec(spec: DataSpec, name: str) -> None:
 
 def from_config(name: str, spec: DataSpec, tokenizer=None) -> HFTextModel:
     """A randomly initialized causal LM of :data:`CONFIGS` over the tokenizer's vocabulary."""
-    _check_spec(spec, name)
+    check_spec(spec, name)
     tf = transformers_module()
-    tok = _tokenizer(tokenizer)
+    tok = tokenizer_of(tokenizer)
     arch, kwargs = CONFIGS[name]
     vocab = tok.get_vocab_size()
     pad = toks.pad_id(tok)
     positions = max(512, spec.seq_len)
     if arch == "gpt2":
         config = tf.GPT2Config(vocab_size=vocab, n_positions=positions, pad_token_id=pad, **kwargs)
-        _no_dropout(config)  # before the modules exist: nn.Dropout keeps the p it was built with
+        no_dropout(config)  # before the modules exist: nn.Dropout keeps the p it was built with
         config._attn_implementation = "eager"  # double backward (optimization attacks) and vmap work on eager
         hf = tf.GPT2LMHeadModel(config)
     else:
         config = tf.LlamaConfig(vocab_size=vocab, max_position_embeddings=positions, pad_token_id=pad,
                                 bos_token_id=None, eos_token_id=None, **kwargs)
-        _no_dropout(config)
+        no_dropout(config)
         config._attn_implementation = "eager"
         hf = tf.LlamaForCausalLM(config)
     return HFTextModel(hf, "causal-lm", tok, pad, name=name)
@@ -135,14 +151,15 @@ def _loaded(load, folder: Path, *, new_head: bool):
     return hf
 
 
-def _classifier(path: Path, spec: DataSpec, name: str) -> "object":
+def _classifier(path: Path, spec: DataSpec, name: str, dropout: str = "shipped") -> "object":
     tf = transformers_module()
     if spec.num_classes < 2:
         raise FedleakError(f"a classifier needs at least 2 labels, the data has {spec.num_classes}")
     with translated(f"--model {path} (config.json)"):
         config = tf.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False,
                                                num_labels=int(spec.num_classes))
-    _no_dropout(config)
+    if check_dropout(dropout) == "off":
+        no_dropout(config)
     config.problem_type = "single_label_classification"
     _check_shapes(path, config, "AutoModelForSequenceClassification", new_head=True)
     return _loaded(lambda: tf.AutoModelForSequenceClassification.from_pretrained(
@@ -150,12 +167,13 @@ def _classifier(path: Path, spec: DataSpec, name: str) -> "object":
         attn_implementation="eager", output_loading_info=True), path, new_head=True)
 
 
-def minilm(spec: DataSpec) -> HFTextModel:
-    """The pretrained all-MiniLM-L6-v2 encoder with a new classification head (seeded by the caller)."""
-    _check_spec(spec, "minilm")
+def minilm(spec: DataSpec, dropout: str = "shipped") -> HFTextModel:
+    """The pretrained all-MiniLM-L6-v2 encoder with a new classification head (seeded by the caller);
+    hidden and attention dropout 0.1 as shipped unless ``dropout="off"``."""
+    check_spec(spec, "minilm")
     path = toks.minilm_path()
     tok = toks.load_tokenizer(path)
-    hf = _classifier(path, spec, "minilm")
+    hf = _classifier(path, spec, "minilm", dropout)
     return HFTextModel(hf, "classification", tok, int(hf.config.pad_token_id or 0), name="minilm")
 
 
@@ -207,23 +225,24 @@ def folder_task(folder) -> str:
     return _folder_task(config, folder)
 
 
-def from_folder(folder, spec: DataSpec, tokenizer=None) -> HFTextModel:
+def from_folder(folder, spec: DataSpec, tokenizer=None, dropout: str = "shipped") -> HFTextModel:
     """The model in ``folder``: a causal LM (``…ForCausalLM`` / ``…LMHeadModel``) or a classifier."""
     folder, config = check_folder(folder)
-    _check_spec(spec, str(folder))
-    tok = _tokenizer(tokenizer) if tokenizer is not None else toks.load_tokenizer(folder)
+    check_spec(spec, str(folder))
+    tok = tokenizer_of(tokenizer) if tokenizer is not None else toks.load_tokenizer(folder)
     task = _folder_task(config, folder)
     tf = transformers_module()
     if task == "causal-lm":
         with translated(f"--model {folder} (config.json)"):
             config = tf.AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
-        _no_dropout(config)
+        if check_dropout(dropout) == "off":
+            no_dropout(config)
         _check_shapes(folder, config, "AutoModelForCausalLM", new_head=False)
         hf = _loaded(lambda: tf.AutoModelForCausalLM.from_pretrained(
             str(folder), config=config, local_files_only=True, trust_remote_code=False, use_safetensors=True,
             attn_implementation="eager", output_loading_info=True), folder, new_head=False)
     else:
-        hf = _classifier(folder, spec, str(folder))
+        hf = _classifier(folder, spec, str(folder), dropout)
     rows = int(hf.get_input_embeddings().weight.shape[0])
     if tok.get_vocab_size() > rows:
         raise FedleakError(f"--model {folder}: tokenizer.json has {tok.get_vocab_size()} tokens but the model "
@@ -231,3 +250,7 @@ def from_folder(folder, spec: DataSpec, tokenizer=None) -> HFTextModel:
     pad_cfg: Optional[int] = getattr(hf.config, "pad_token_id", None)
     pad = int(pad_cfg) if isinstance(pad_cfg, int) else toks.pad_id(tok, getattr(hf.config, "eos_token_id", None))
     return HFTextModel(hf, task, tok, pad, name=folder.name)
+
+
+# the earlier private names (kept for callers outside this package)
+_no_dropout, _check_spec, _tokenizer = no_dropout, check_spec, tokenizer_of

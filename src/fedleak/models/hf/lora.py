@@ -1,8 +1,12 @@
 """LoRA adapters through ``peft`` (Hu et al. 2022, "LoRA", §4.1: W + (α/r)·B·A, B = 0 at the start).
 
 :func:`add_lora` puts rank-R adapters on the attention projections — BERT ``query``/``key``/``value``,
-GPT-2 ``c_attn``, LLaMA ``q_proj``/``k_proj``/``v_proj``/``o_proj`` — with α = 2R and PEFT's own
-initialisation (A Kaiming-uniform, B = 0), as Flower's FlowerTune recipe (rank 32, α 64). Only
+GPT-2 ``c_attn``, LLaMA ``q_proj``/``k_proj``/``v_proj``/``o_proj`` — or, with ``targets="peft"``, on
+PEFT's own default targets for the architecture (LLaMA ``q_proj``/``v_proj``, what FlowerTune's
+``LoraConfig`` gets), with α = 2R unless given and PEFT's own initialisation (A Kaiming-uniform,
+B = 0), as Flower's FlowerTune recipe (rank 32, α 64, ``lora_dropout`` 0.075). The adapter dropout
+is PEFT's (``lora_A(dropout(x))``, active in train mode, so on in every client step); its
+default is PEFT's, 0. Only
 the adapters (and a classifier's new head, ``modules_to_save``) require gradients, so
 :func:`fedleak.types.params.params_of` — hence every :class:`~fedleak.types.Update` — holds just
 them, keyed by the wrapper's ``named_parameters()`` names.
@@ -51,10 +55,21 @@ def _peft():
     return peft
 
 
-def add_lora(model: HFTextModel, rank: int) -> HFTextModel:
-    """``model`` with rank-``rank`` LoRA adapters (α = 2·rank, no dropout) on its attention projections."""
+TARGET_CHOICES = ("attention", "peft")
+
+
+def add_lora(model: HFTextModel, rank: int, *, alpha: Optional[float] = None, dropout: float = 0.0,
+             targets: str = "attention") -> HFTextModel:
+    """``model`` with rank-``rank`` LoRA adapters (α = 2·rank unless ``alpha``; adapter dropout
+    ``dropout``) on its attention projections (``targets="attention"``) or PEFT's default targets."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise FedleakError(f"--lora must be a positive integer rank, got {rank!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise FedleakError(f"LoRA dropout must be a number in [0, 1), got {dropout!r}")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0):
+        raise FedleakError(f"LoRA alpha must be a positive number, got {alpha!r}")
+    if targets not in TARGET_CHOICES:
+        raise FedleakError(f"LoRA targets must be one of {', '.join(TARGET_CHOICES)}, got {targets!r}")
     peft = _peft()
     model_type = getattr(model.hf.config, "model_type", None)
     if model_type not in TARGETS:
@@ -69,12 +84,17 @@ def add_lora(model: HFTextModel, rank: int) -> HFTextModel:
             raise FedleakError(f"--lora {rank} exceeds the width of the model's attention projections "
                                f"({name}: {width}); use a rank from 1 to {width}")
     task = peft.TaskType.CAUSAL_LM if model.task == "causal-lm" else peft.TaskType.SEQ_CLS
-    config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, bias="none", task_type=task,
-                             target_modules=TARGETS[model_type], fan_in_fan_out=(model_type == "gpt2"))
+    config = peft.LoraConfig(r=rank, lora_alpha=2 * rank if alpha is None else alpha, lora_dropout=float(dropout),
+                             bias="none", task_type=task,
+                             target_modules=TARGETS[model_type] if targets == "attention" else None,
+                             fan_in_fan_out=(model_type == "gpt2"))
     with warnings.catch_warnings():  # peft asks transformers a deprecated question (FutureWarning)
         warnings.simplefilter("ignore", FutureWarning)
         model.hf = peft.get_peft_model(model.hf, config)
     model.lora_rank = rank
+    used = model.hf.peft_config[ADAPTER].target_modules or ()
+    model.lora_config = {"rank": rank, "alpha": float(config.lora_alpha), "dropout": float(dropout),
+                         "targets": sorted(used)}
     return model
 
 

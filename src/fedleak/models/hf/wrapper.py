@@ -6,7 +6,8 @@ The wrapper is what the client update, the attacks and the metrics see:
 * ``.task`` — ``"causal-lm"`` or ``"classification"``;
 * ``.tokenizer`` — a ``tokenizers.Tokenizer``; ``.pad_id`` — its padding id; the attention mask is
   ``ids != pad_id``;
-* ``.lora_rank`` — ``None`` or the adapters' rank R;
+* ``.lora_rank`` — ``None`` or the adapters' rank R; ``.lora_config`` — its rank, α, dropout and targets;
+* :meth:`dropout_rates` — the dropout probabilities that act in a training step (model and adapters);
 * ``forward(ids)`` — ``ids`` (N, L) int64, or floats holding integers, or (N, 1, 1, L) as a text
   :class:`~fedleak.types.DataSpec` describes them. A classifier returns logits (N, C); a causal LM
   returns :class:`LMOutput` ``(logits (N, L, V), ids (N, L))``, because its loss reads the ids;
@@ -18,7 +19,9 @@ The wrapper is what the client update, the attacks and the metrics see:
   follows the sequence in the text; −100 where the text ends, as Hugging Face's ignore index);
   targets that are padding or −100 are ignored (Radford et al. 2019 §2: p(x) = Π p(x_t | x_<t)).
 
-Dropout is off in every model built here (``*dropout* = 0``), so a client update is deterministic.
+Dropout acts as the model's config and the LoRA config say (:mod:`.builders`): a client step runs in
+train mode, so a pretrained model's dropout and PEFT's adapter dropout mask its inputs; the masks
+come from torch's generator, which the client update seeds (:func:`fedleak.fl.client.client_update`).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class HFTextModel(nn.Module):
         self.tokenizer = tokenizer
         self.pad_id = int(pad_id)
         self.lora_rank = None if lora_rank is None else int(lora_rank)
+        self.lora_config: Optional[dict] = None
         self.name = name
 
     @property
@@ -83,6 +87,10 @@ class HFTextModel(nn.Module):
     def input_embeddings(self) -> nn.Embedding:
         """The token embedding table (rows = vocabulary)."""
         return self.hf.get_input_embeddings()
+
+    def dropout_rates(self) -> dict:
+        """``{module name: p}`` of every dropout with p > 0 (what a train-mode step masks)."""
+        return {name: float(m.p) for name, m in self.hf.named_modules() if isinstance(m, nn.Dropout) and m.p > 0}
 
     def attention_mask(self, ids: torch.Tensor) -> torch.Tensor:
         return (ids != self.pad_id).long()

