@@ -109,8 +109,8 @@ BAD = [
     (lambda t: ["--defense", "dp-sgd:clip=1,noise=1,delta=1"], "delta must be in (0, 1)"),
     (lambda t: ["--defense", "dp-sgd:clip=1,noise=1", "--delta", "2"], "--delta must be a number < 1"),
     (lambda t: ["--sweep", "momentum=0.9,0.99"], "unknown sweep knob 'momentum'"),
-    (lambda t: ["--sweep", "epochs="], "empty value list"),
-    (lambda t: ["--sweep", "lr=, ,"], "empty value list"),
+    (lambda t: ["--sweep", "epochs="], "has an empty value"),
+    (lambda t: ["--sweep", "lr=, ,"], "has an empty value"),
     (lambda t: ["--defense", "secagg:0"], "secagg K"),
     (lambda t: ["--attacks", "no-such-attack"], "unknown attack"),
 ]

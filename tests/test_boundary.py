@@ -80,10 +80,10 @@ def test_parsed_defenses_are_the_specs_given():
 
 @pytest.mark.parametrize("options, needle", [
     (["-o", "iterations=5", "-o", "iterations=6"], "'iterations' twice"),
-    (["-o", "iterations=2.5"], "iterations must be an integer"),
-    (["-o", "seed=1099511627776"], "seed must be <= 4294967295"),
-    (["-o", "iterations=100000000000000000000"], "iterations must be <= 2147483647"),
-    (["-o", "lr=.nan"], "lr must be a finite number"),
+    (["-o", "iterations=2.5"], "'iterations' of attack 'gradient-inversion' must be an integer"),
+    (["-o", "seed=1099511627776"], "'seed' of attack 'gradient-inversion' must be <= 4294967295"),
+    (["-o", "iterations=100000000000000000000"], "'iterations' of attack 'gradient-inversion' must be <= 2147483647"),
+    (["-o", "lr=.nan"], "'lr' of attack 'gradient-inversion' must be a finite number"),
     (["-o", "iterations="], "no value"),
 ])
 def test_attack_options_one_set_of_rules_and_bounds(options, needle, tmp_path, capsys):

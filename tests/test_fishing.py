@@ -30,9 +30,12 @@ def test_the_batch_gradient_is_the_target_inputs_gradient(batch):
     assert count == 1
     for name, value in single.items():
         assert torch.allclose(summed[name], value, rtol=1e-4, atol=1e-6 * float(value.abs().max()) + 1e-12), name
-    # same architecture: no structure finding, and the weight signatures see nothing
+    # same architecture: no structure finding; the inspector's fishing check (fl/inspect_fishing.py) sees the
+    # silenced classifier rows in the weights alone, and the honest model of the same architecture is not flagged
     assert structure_finding(model.state_dict(), fedleak.models.build("femnist-cnn", spec, seed=0)) is None
-    assert not inspect_model(model).suspicious
+    inspection = inspect_model(model)
+    assert inspection.suspicious and "fishing" in {f.signature for f in inspection.findings}
+    assert not inspect_model(fedleak.models.build("femnist-cnn", spec, seed=0)).suspicious
 
 
 def test_fishing_inverts_the_target_out_of_32(batch):

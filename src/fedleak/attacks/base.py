@@ -119,7 +119,11 @@ def make_options(options_cls: type, given: dict, kind: str):
         raise FedleakError(f"options of attack {kind!r} must be a mapping, got {type(given).__name__}")
     names = {f.name for f in fields(options_cls)}
     check_options(f"attack {kind!r}", given, names)
-    checked = validate(settings_model(options_cls), dict(given), where=f"attack {kind!r} option")
+    try:
+        checked = validate(settings_model(options_cls), dict(given))
+    except FedleakError as exc:  # "tv must be ..." -> the one wording of every option error
+        name, _, problem = str(exc).partition(" ")
+        raise FedleakError(f"option {name!r} of attack {kind!r} {problem}") from None
     values = {k: getattr(checked, k) for k in given}
     try:
         return options_cls(**values)
