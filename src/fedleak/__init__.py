@@ -13,6 +13,11 @@ The deployment audit (``fedleak audit`` on the command line)::
     fedleak.audit(model="mymodels:build", data="cifar10", data_root=PATH, algorithm="fedavg",
                   defense="dp-sgd:clip=1,noise=1", sweep="defense=0,0.5,1,2", out="audit/")
 
+``fedleak simulate`` / ``fedleak attack`` (save one client's update, attack a saved one)::
+
+    fedleak.simulate_update("upd/", data="digits", algorithm="fedavg", epochs=1, batch_size=2, samples=4)
+    fedleak.attack_update("upd/", "rec/", attack="dimitrov", options={"iterations": 20})
+
 Is the claimed client-level DP in force (``fedleak dp-audit``; docs/dp-audit.md)::
 
     fedleak.dp_audit(defense="flower-central-dp:noise=3.4,clip=1,clients=10", rounds=10, canaries=1000, out="dp/")
@@ -22,11 +27,12 @@ from . import attacks, audit, data, fl, metrics, models
 from .errors import FedleakError
 from .fl import Defense, client_update
 from .types import ClientData, DataSpec, Protocol, Reconstruction, Update
+from .workflows import attack_update, simulate_update
 
 __version__ = "0.1.0"
 
 __all__ = ["ClientData", "DataSpec", "Defense", "FedleakError", "Protocol", "Reconstruction", "Update",
-           "__version__", "attacks", "audit", "client_update", "data", "dp_audit", "fl", "metrics", "models"]
+           "__version__", "attack_update", "attacks", "audit", "client_update", "data", "dp_audit", "fl", "metrics", "models", "simulate_update"]
 
 
 def __getattr__(name: str):

@@ -51,103 +51,22 @@ def cmd_dp_audit(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from . import data, models
-    from .runs.experiment import threat_metadata
-    from .fl import Defense, client_update
-    from .types import Protocol
+    from .workflows import simulate_update
 
-    spec, clients = data.load(args.data, root=args.data_root, num_clients=args.client + 1,
-                              samples_per_client=args.samples, seed=args.seed, split=args.split)
-    if args.client >= len(clients):
-        raise FedleakError(f"--client {args.client} does not exist: the data has {len(clients)} clients")
-    client = clients[args.client]
-    model = models.build(args.model, spec, seed=args.model_seed).to(_device(args.device))
-    protocol = Protocol(args.algorithm, args.epochs, args.batch_size, args.lr, not args.static_batches)
-    client = client.to(_device(args.device))
-    try:
-        update = client_update(model, client, protocol, seed=args.seed, defense=Defense.parse(args.defense),
-                               metadata={"model": {"name": args.model, "seed": args.model_seed},
-                                         "spec": spec.to_json()})
-    except FedleakError as exc:
-        if "non-finite" not in str(exc):
-            raise
-        raise FedleakError(f"the update overflowed to NaN/Inf with --lr {args.lr:g}, --epochs {args.epochs}, "
-                           f"--defense {args.defense}: lower --lr") from None
-    update.metadata.update(threat_metadata(args.share_labels, client, protocol, args.seed, spec.num_classes))
-    out = update.save(args.out)
-    if not args.no_truth:
-        from safetensors.torch import save_file
-
-        save_file({"inputs": client.inputs.cpu().contiguous(), "labels": client.labels.cpu().contiguous()},
-                  str(out / "truth.safetensors"))
-    print(f"saved {protocol.algorithm} update of client {client.client_id} (N={len(client)}, "
-          f"{update.num_steps} local steps) to {out}")
+    simulate_update(args.out, data=args.data, data_root=args.data_root, split=args.split, client=args.client,
+                    samples=args.samples, model=args.model, model_seed=args.model_seed, algorithm=args.algorithm,
+                    epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, static_batches=args.static_batches,
+                    defense=args.defense, share_labels=args.share_labels, save_truth=not args.no_truth,
+                    seed=args.seed, device=_device(args.device))
     return 0
 
 
-def _load_truth(directory: Path, spec, num_samples: int):
-    """``truth.safetensors`` beside an update, checked against the update and its data spec before any work."""
-    from .config.loaders import read_safetensors
-    from .runs.storage import check_labels
-    from .types import ClientData
-
-    path = directory / "truth.safetensors"
-    if not path.exists():
-        return None
-    tensors = read_safetensors(path, f"corrupt safetensors file {path}")
-    if set(tensors) != {"inputs", "labels"} or not tensors["inputs"].is_floating_point():
-        raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
-                           f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
-    inputs = tensors["inputs"]
-    shape_ok = inputs.dim() >= 1 and len(inputs) == num_samples and (
-        spec.modality == "text" or tuple(inputs.shape[1:]) == tuple(spec.shape))
-    if not shape_ok or not bool(inputs.isfinite().all()):
-        raise FedleakError(f"{path}: inputs must be {num_samples} finite inputs of shape {tuple(spec.shape)} (the "
-                           f"update's N and data spec), got shape {tuple(inputs.shape)}")
-    return ClientData(inputs, check_labels(tensors["labels"], str(path), len(inputs)))
-
-
 def cmd_attack(args) -> int:
-    from . import attacks, metrics, models
-    from .report import comparison_grid, save_png
-    from .types import DataSpec, Update
+    from .workflows import attack_update
 
-    update = Update.load(args.update)
-    meta = update.metadata
-    if args.data:
-        from .data import spec_for
-
-        spec = spec_for(args.data, root=args.data_root)
-    elif "spec" in meta:
-        spec = DataSpec.from_json(meta["spec"])
-    else:
-        raise FedleakError("the update does not record its data spec; pass --data NAME")
-    model_name = args.model or (meta.get("model") or {}).get("name")
-    if not model_name:
-        raise FedleakError("the update does not record its model; pass --model NAME")
-    model = models.build(model_name, spec).to(_device(args.device))
-    attack = attacks.build(args.attack, **_options(args.option))
-    truth = None if args.no_eval else _load_truth(Path(args.update), spec, update.num_samples)
-    from .audit.progress import with_progress
-    from .types.params import check_update
-
-    check_update(update, model)  # every check before any work or write
-    rec = with_progress(None if args.no_progress else "auto", f"attack {args.attack}",
-                        lambda: attack.reconstruct(update, model, spec))
-    out = rec.save(args.out)
-    if truth is not None:
-        scores = metrics.evaluate(rec, truth.to(_device(args.device)), spec)
-        (out / "metrics.json").write_text(json.dumps(scores, indent=1))
-        order = scores["assignment"]
-        recs = spec.denormalize(rec.inputs.cpu())
-        import torch
-
-        matched = torch.stack([recs[i] if i is not None else torch.zeros_like(recs[0]) for i in order])
-        save_png(comparison_grid(spec.denormalize(truth.inputs)[:32], matched[:32], psnr=scores["psnr_per_input"][:32]),
-                 out / "comparison.png")
-        print(f"{args.attack}: PSNR {scores['psnr']:.2f} dB, SSIM {scores['ssim']:.3f}, "
-              f"Rec% {scores['rec_percent']:.1f} (> {scores['threshold']} dB)")
-    print(f"reconstruction saved to {out}")
+    attack_update(args.update, args.out, attack=args.attack, options=_options(args.option), model=args.model,
+                  data=args.data, data_root=args.data_root, evaluate=not args.no_eval,
+                  progress=None if args.no_progress else "auto", device=_device(args.device))
     return 0
 
 

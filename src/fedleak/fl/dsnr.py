@@ -51,7 +51,7 @@ from torch import nn
 
 from ..errors import FedleakError
 from .client import model_loss, per_example_gradients
-from .inspect import Finding
+from .findings import Finding
 
 #: one example outweighs all the others of the batch in a layer (SEER's principled threshold)
 DSNR_THRESHOLD = 1.0

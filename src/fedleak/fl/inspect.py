@@ -33,7 +33,7 @@ the structures those attacks need:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -41,6 +41,8 @@ import torch
 from torch import nn
 
 from ..errors import FedleakError
+from .findings import Finding
+from .inspect_fishing import fishing_finding
 
 #: |cos| above which a row counts as parallel to the layer's main direction
 ALIGNED = 0.999
@@ -57,23 +59,6 @@ DEFAULT_THRESHOLD = 0.5
 LINEARIZED_CONFIDENCE = 0.4
 #: parallel rows that cannot form bins (no bias, or one shared threshold)
 NOT_BINS_CONFIDENCE = 0.3
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One signature in one layer: which layer, which signature, how sure (0–1), what was seen."""
-
-    layer: str
-    signature: str
-    confidence: float
-    detail: str
-    evidence: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def line(self) -> str:
-        return f"{self.layer}: {self.signature} (confidence {self.confidence:.3f}) — {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -232,7 +217,7 @@ def inspect_state(state: Mapping[str, torch.Tensor], threshold: float = DEFAULT_
             continue
         if found is not None:
             findings.append(found)
-    from .inspect_fishing import fishing_finding
+
 
     fishing = fishing_finding(state)
     if fishing is not None:

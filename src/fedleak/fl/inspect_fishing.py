@@ -24,6 +24,8 @@ from typing import Mapping, Optional
 
 import torch
 
+from .findings import Finding
+
 #: limits beyond which a statistic singles out one class or feature (honest maxima are measured in
 #: benchmarks/results/inspect-fishing.json, far below these)
 LIMITS = {"row_ratio": 8.0, "bias_gap": 4.0, "feature_share": 0.8, "column_ratio": 25.0}
@@ -97,7 +99,6 @@ def fishing_statistics(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> di
 
 def fishing_finding(state: Mapping[str, torch.Tensor]):
     """A :class:`~fedleak.fl.inspect.Finding` when the classifier singles out one class or feature."""
-    from .inspect import Finding
 
     found = classifier(state)
     if found is None:

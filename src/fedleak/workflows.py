@@ -1,0 +1,131 @@
+"""``fedleak simulate`` and ``fedleak attack`` as library calls: compute and save one client's update,
+and attack a saved update (scored against its saved truth when there is one).
+
+The CLI parses and calls these; a Python user does the same without it::
+
+    out = fedleak.simulate_update("upd/", data="digits", algorithm="fedavg", epochs=1, batch_size=2, samples=4)
+    scores = fedleak.attack_update("upd/", "rec/", attack="dimitrov", options={"iterations": 20})
+
+Every check (the update against the model, the truth file against the update) runs before any work or write.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Optional
+
+from .errors import FedleakError
+
+
+def simulate_update(out, *, data: str = "digits", data_root: Optional[str] = None, split: str = "train",
+                    client: int = 0, samples: int = 10, model: str = "femnist-cnn", model_seed: int = 0,
+                    algorithm: str = "fedavg", epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
+                    static_batches: bool = False, defense: str = "none", share_labels: str = "none",
+                    save_truth: bool = True, seed: int = 0, device: str = "cpu",
+                    say: Callable[[str], None] = print) -> Path:
+    """One client's update through the one client update (:func:`fedleak.fl.client_update`), saved to ``out``
+    (safetensors + JSON) with what the server is told about labels; ``truth.safetensors`` beside it unless
+    ``save_truth`` is False. Returns the folder."""
+    from . import data as datasets, models
+    from .fl import Defense, client_update
+    from .runs.experiment import threat_metadata
+    from .types import Protocol
+
+    spec, clients = datasets.load(data, root=data_root, num_clients=client + 1, samples_per_client=samples,
+                                  seed=seed, split=split)
+    if client >= len(clients):
+        raise FedleakError(f"--client {client} does not exist: the data has {len(clients)} clients")
+    chosen = clients[client].to(device)
+    net = models.build(model, spec, seed=model_seed).to(device)
+    protocol = Protocol(algorithm, epochs, batch_size, lr, not static_batches)
+    try:
+        update = client_update(net, chosen, protocol, seed=seed, defense=Defense.parse(defense),
+                               metadata={"model": {"name": model, "seed": model_seed}, "spec": spec.to_json()})
+    except FedleakError as exc:
+        if "non-finite" not in str(exc):
+            raise
+        raise FedleakError(f"the update overflowed to NaN/Inf with --lr {lr:g}, --epochs {epochs}, "
+                           f"--defense {defense}: lower --lr") from None
+    update.metadata.update(threat_metadata(share_labels, chosen, protocol, seed, spec.num_classes))
+    folder = update.save(out)
+    if save_truth:
+        from safetensors.torch import save_file
+
+        save_file({"inputs": chosen.inputs.cpu().contiguous(), "labels": chosen.labels.cpu().contiguous()},
+                  str(folder / "truth.safetensors"))
+    say(f"saved {protocol.algorithm} update of client {chosen.client_id} (N={len(chosen)}, "
+        f"{update.num_steps} local steps) to {folder}")
+    return folder
+
+
+def load_truth(directory: Path, spec, num_samples: int):
+    """``truth.safetensors`` beside an update, checked against the update and its data spec before any work."""
+    from .config.loaders import read_safetensors
+    from .runs.storage import check_labels
+    from .types import ClientData
+
+    path = Path(directory) / "truth.safetensors"
+    if not path.exists():
+        return None
+    tensors = read_safetensors(path, f"corrupt safetensors file {path}")
+    if set(tensors) != {"inputs", "labels"} or not tensors["inputs"].is_floating_point():
+        raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
+                           f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
+    inputs = tensors["inputs"]
+    shape_ok = inputs.dim() >= 1 and len(inputs) == num_samples and (
+        spec.modality == "text" or tuple(inputs.shape[1:]) == tuple(spec.shape))
+    if not shape_ok or not bool(inputs.isfinite().all()):
+        raise FedleakError(f"{path}: inputs must be {num_samples} finite inputs of shape {tuple(spec.shape)} (the "
+                           f"update's N and data spec), got shape {tuple(inputs.shape)}")
+    return ClientData(inputs, check_labels(tensors["labels"], str(path), len(inputs)))
+
+
+def attack_update(update_dir, out, *, attack: str = "inverting-gradients", options: Optional[dict] = None,
+                  model: Optional[str] = None, data: Optional[str] = None, data_root: Optional[str] = None,
+                  evaluate: bool = True, progress=None, device: str = "cpu",
+                  say: Callable[[str], None] = print) -> Optional[dict]:
+    """Attack the update saved in ``update_dir``; the reconstruction goes to ``out``. With its truth file (and
+    ``evaluate``) the scores are written to ``out/metrics.json`` with a comparison grid and returned."""
+    from . import attacks, metrics, models
+    from .audit.progress import with_progress
+    from .report import comparison_grid, save_png
+    from .types import DataSpec, Update
+    from .types.params import check_update
+
+    update = Update.load(update_dir)
+    meta = update.metadata
+    if data:
+        from .data import spec_for
+
+        spec = spec_for(data, root=data_root)
+    elif "spec" in meta:
+        spec = DataSpec.from_json(meta["spec"])
+    else:
+        raise FedleakError("the update does not record its data spec; pass --data NAME")
+    model_name = model or (meta.get("model") or {}).get("name")
+    if not model_name:
+        raise FedleakError("the update does not record its model; pass --model NAME")
+    net = models.build(model_name, spec).to(device)
+    built = attacks.build(attack, **(options or {}))
+    truth = load_truth(Path(update_dir), spec, update.num_samples) if evaluate else None
+    check_update(update, net)  # every check before any work or write
+    rec = with_progress(progress, f"attack {attack}", lambda: built.reconstruct(update, net, spec))
+    folder = rec.save(out)
+    scores = None
+    if truth is not None:
+        import torch
+
+        scores = metrics.evaluate(rec, truth.to(device), spec)
+        (folder / "metrics.json").write_text(json.dumps(scores, indent=1))
+        recs = spec.denormalize(rec.inputs.cpu())
+        matched = torch.stack([recs[i] if i is not None else torch.zeros_like(recs[0]) for i in scores["assignment"]])
+        save_png(comparison_grid(spec.denormalize(truth.inputs)[:32], matched[:32], psnr=scores["psnr_per_input"][:32]),
+                 folder / "comparison.png")
+        say(f"{attack}: PSNR {scores['psnr']:.2f} dB, SSIM {scores['ssim']:.3f}, "
+            f"Rec% {scores['rec_percent']:.1f} (> {scores['threshold']} dB)")
+    say(f"reconstruction saved to {folder}")
+    return scores
+
+
+__all__ = ["attack_update", "load_truth", "simulate_update"]
