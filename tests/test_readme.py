@@ -23,7 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MARKER = re.compile(r"<!-- test: (fast|slow|needs-data) -->")
-FAST_BUDGET_S = 60.0
+# measured 70 s in the full suite on 2 cores (2026-11-25: listings 20.5 s — four interpreter starts that
+# import torch —, simulate/attack/inspect 31.8 s, the tiny experiment 17.3 s); the budget keeps ~25 % margin
+FAST_BUDGET_S = 90.0
 
 
 def blocks() -> list[tuple[str, str, str]]:

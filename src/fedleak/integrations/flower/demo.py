@@ -190,10 +190,10 @@ def record_line(r: dict) -> str:
     line = f"round {r['round']} node {r['client']}: {r['status']}" + (f" ({r.get('attack')}: {scores})" if scores
                                                                        else "")
     if r.get("reason"):
-        return line + f" — {r['reason'][:200]}"
+        return line + f" — {r['reason']}"
     leakage = r.get("leakage")
     if isinstance(leakage, dict):
-        line += f" — leakage {leakage['level']}: {leakage['evidence'][:200]}"
+        line += f" — leakage {leakage['level']}: {leakage['evidence']}"
     return line
 
 

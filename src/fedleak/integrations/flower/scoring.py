@@ -128,7 +128,7 @@ def leakage_level(entry: dict) -> dict:
                 f"{entry.get('exact_sequences')} exact sequence(s)")
         return {"level": "high", "evidence": f"client-reported truth: {what} against the batch the client shared"}
     reason = exact.get("reason") if isinstance(exact, dict) else None
-    if reason and exact.get("holds"):
+    if reason and exact.get("holds") and "does not match" not in reason:
         reason = f"{reason}; but the recovery was not verified against the update"
     return {"level": "inconclusive", "evidence": reason or "an optimization attack's estimate at its budget; a "
                                                            "stronger attack or budget may recover more"}
