@@ -50,7 +50,8 @@ import torch
 from torch import nn
 
 from ..errors import FedleakError
-from .client import model_loss, per_example_gradients
+from .client import model_loss
+from .per_example import per_example_gradients
 from .findings import Finding
 
 #: one example outweighs all the others of the batch in a layer (SEER's principled threshold)
