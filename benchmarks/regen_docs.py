@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-DOCS = (ROOT / "docs" / "verdict.md",)
+DOCS = (ROOT / "docs" / "verdict.md", ROOT / "docs" / "performance.md")
 BLOCK = re.compile(r"(<!-- regen:([\w-]+) -->\n)(.*?)(<!-- /regen:\2 -->)", re.S)
 
 
@@ -111,7 +111,41 @@ def label_counts() -> str:
     return head + "\n".join(rows) + "\n\nLabel accuracy = multiset overlap / N; `benchmarks/results/verdict.json`.\n"
 
 
-TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts}
+def gpu_speed() -> str:
+    """The accelerator's speed table (``bench_gpu.py``) beside the CPU's figures of the same cases."""
+    gpu = _load("gpu_speed.json")
+    cpu = _load("speed.json")["after"]["results"]
+    text = _load("text_gpt2small.json")["cases"]["gpt2-small-16x32-dager"]
+    smol = _load("llm_dager.json")
+    cases = gpu["cases"]
+    per_client = [r["wall_seconds"] for r in smol.get("per_client", [])]
+    rows = [f"Device: {gpu['device']} (torch {gpu['torch']}); CPU: this 2-core machine, 1 thread "
+            "(`speed.json` `after`, `text_gpt2small.json`, `llm_dager.json`).", "",
+            "| case | GPU | CPU | GPU peak MiB | result on the GPU |", "|---|--:|--:|--:|---|"]
+    for key, label in (("ig_fedsgd_resnet18", "IG FedSGD ResNet-18 (1 image), s / iteration"),
+                       ("dimitrov_E10_m5", "Dimitrov E10-m5 (100 unrolled steps), s / iteration"),
+                       ("dimitrov_E10_m1", "Dimitrov E10-m1 (500 unrolled steps), s / iteration")):
+        g = cases.get(key, {})
+        ref = (f"; reference iteration {g['reference_seconds_per_iteration']:.4f} s ({g['speed_vs_reference']:.2f}×)"
+               if "reference_seconds_per_iteration" in g else "")
+        rows.append(f"| {label} | {_fmt(g.get('seconds_per_iteration'), 3)} | "
+                    f"{_fmt(cpu.get(key, {}).get('seconds_per_iteration'), 3)} | {_fmt(g.get('peak_device_mib'))} | "
+                    f"same attack{ref} |")
+    g = cases.get("dager_gpt2small_16x32", {})
+    rows.append(f"| DAGER, GPT-2-small config, FedSGD 16 × 32, s (whole attack) | {_fmt(g.get('seconds'), 2)} | "
+                f"{_fmt(text.get('seconds'), 1)} wall, {_fmt(text.get('cpu_seconds'), 1)} CPU | "
+                f"{_fmt(g.get('peak_device_mib'))} | exact share {_fmt(g.get('exact_sequences'), 2)}, "
+                f"certain {g.get('certain')} |")
+    g = cases.get("dager_smollm2_2x16", {})
+    rows.append(f"| DAGER, SmolLM2-135M, FedSGD 2 × 16, s (whole attack) | {_fmt(g.get('seconds'), 2)} | "
+                f"{_fmt(sum(per_client) / len(per_client) if per_client else None, 1)} wall per client | "
+                f"{_fmt(g.get('peak_device_mib'))} | exact share {_fmt(g.get('exact_sequences'), 2)}, "
+                f"certain {g.get('certain')} (ran beside 12 Dimitrov jobs on the same GPU) |")
+    return "\n".join(rows) + "\n"
+
+
+TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
+          "gpu-speed": gpu_speed}
 
 
 def _unbacked_claims(path: Path, text: str) -> list[str]:

@@ -60,7 +60,10 @@ PLAN = (
     Entry("dimitrov-table1-cifar100", 10, ("E10-m5",), ("ours-prior", "shared", "fedsgd"), "CIFAR-100 on 10 clients"),
     Entry("agic-table3", 5, (), (), "AGIC Table III"),
     Entry("awa-table4", 5, ("case1", "case2", "case3"), ("agic", "awa"), "AWA cases 1-3"),
+    Entry("dimitrov-table1-femnist", 10, ("E10-m1",), ("ours-prior", "ours-no-prior", "shared", "fedsgd-epoch", "fedsgd"),
+          "the E10-m1 column (500 local steps; run on a lent GPU by `seed_tables.py gpu`)"),
 )
+GPU_PLAN = PLAN[-1:]  # what `gpu` runs when a session is lent an accelerator
 
 
 def preset(name: str) -> dict:
@@ -105,7 +108,7 @@ def run(args) -> int:
     target = max(e.clients for e in PLAN)
     for k in range(1, target + 1):  # breadth first: client k of every table before client k + 1
         for entry in PLAN:
-            if k > entry.clients or (args.only and entry.preset not in args.only):
+            if k > entry.clients or entry in GPU_PLAN or (args.only and entry.preset not in args.only):
                 continue
             print(f"[seed-tables] {entry.preset}: clients 1..{k}", flush=True)
             code = subprocess.call(["nice", "-n", "19", *command(entry, k)], env=env, cwd=ROOT)
@@ -113,6 +116,68 @@ def run(args) -> int:
                 return 130
             if code != 0:
                 print(f"[seed-tables] {entry.preset} exited {code}; going on with the next table", flush=True)
+    return 0
+
+
+def gpu(args) -> int:
+    """Run the GPU plan's jobs as parallel one-client ``fedleak run`` processes on ``--device``, each into its
+    own folder (a run folder is locked by its process), then merge the finished job files into
+    ``runs/<preset>/jobs/`` and record the device in ``runs/<preset>/devices.json``."""
+    import shutil
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    device = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else args.device
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    scratch = Path(args.scratch)
+    deadline = time.monotonic() + args.seconds
+    todo = []
+    for entry in GPU_PLAN:
+        settings, variants = planned(entry)
+        done = {(r.get("setting"), r.get("variant"), r.get("client_index")) for r in finished(entry)}
+        for client in range(entry.clients):
+            for setting in settings:
+                for variant in variants:
+                    if (setting, variant, client) not in done:
+                        todo.append((entry, setting, variant, client))
+
+    def one(job) -> str:
+        entry, setting, variant, client = job
+        if time.monotonic() > deadline:
+            return f"{variant}/{client}: skipped (deadline)"
+        folder = scratch / entry.preset / f"{setting}-{variant}-{client}"
+        cmd = [*command(entry, 1), "--first-client", str(client), "--settings", setting, "--variants", variant,
+               "--device", args.device]
+        cmd[cmd.index("--out") + 1] = str(folder)
+        if args.data_root:
+            cmd[cmd.index("--data-root") + 1] = args.data_root
+        started = time.monotonic()
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder.parent / f"{folder.name}.log", "w") as log:  # beside the folder: why a job failed
+            code = subprocess.call(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        merged = 0
+        for path in folder.glob("jobs/*/*/*.json"):
+            target = RUNS / entry.preset / path.relative_to(folder)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            merged += 1
+        line = f"{entry.preset} {setting}/{variant}/client {client}: exit {code}, {merged} job(s), " \
+               f"{time.monotonic() - started:.0f} s"
+        print(f"[seed-tables gpu] {line}", flush=True)
+        return line
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        lines = list(pool.map(one, todo))
+    for entry in GPU_PLAN:
+        record = RUNS / entry.preset / "devices.json"
+        known = json.loads(record.read_text()) if record.exists() else {}
+        for path in sorted((RUNS / entry.preset).glob("jobs/*/*/*.json")):
+            known.setdefault(str(path.relative_to(RUNS / entry.preset)), device)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(known, indent=1, sort_keys=True))
+    print("\n".join(lines))
     return 0
 
 
@@ -150,14 +215,17 @@ def tables(args) -> int:
         done_all, total_all = done_all + len(rows), total_all + total
         lines += [f"## {spec.get('description', entry.preset)}", "",
                   f"{entry.note}; target {entry.clients} clients; {len(rows)} of {total} jobs done.", ""]
-        lines += ["| setting | variant | clients | Rec % | PSNR (dB) | paper Rec % | paper PSNR |", "|---|---|--:|--:|--:|--:|--:|"]
+        lines += ["| setting | variant | clients (samples) | Rec % | PSNR (dB) | paper Rec % | paper PSNR |",
+                  "|---|---|---|--:|--:|--:|--:|"]
         for setting in settings:
             for variant in variants:
                 cell = [r for r in rows if r.get("setting") == setting and r.get("variant") == variant]
                 rec = [r["rec_percent"] for r in cell if isinstance(r.get("rec_percent"), (int, float))]
                 psnr = [r["psnr"] for r in cell if isinstance(r.get("psnr"), (int, float))]
                 paper = _paper(spec, setting, variant)
-                lines.append(f"| {setting} | {variant} | {len(cell)} | {_cell(rec)} | {_cell(psnr)} | "
+                who = ", ".join(f"{r.get('client')} ({r.get('num_samples')})" for r in cell) if len(cell) < 4 else ""
+                lines.append(f"| {setting} | {variant} | {len(cell)}{': ' + who if who else ''} | {_cell(rec)} | "
+                             f"{_cell(psnr)} | "
                              f"{paper.get('rec_percent', '—')} | {paper.get('psnr', '—')} |")
         lines.append("")
     lines.insert(5, f"**{done_all} of {total_all} planned jobs are done.**\n")
@@ -172,6 +240,13 @@ def main() -> int:
     p = sub.add_parser("run")
     p.add_argument("--only", nargs="*", help="preset names to run (default: the whole plan)")
     p.set_defaults(func=run)
+    g = sub.add_parser("gpu")
+    g.add_argument("--device", default="cuda")
+    g.add_argument("--workers", type=int, default=8, help="parallel one-client runs sharing the device")
+    g.add_argument("--seconds", type=float, default=1500, help="start no new job after this many seconds")
+    g.add_argument("--scratch", default="/tmp/seed-gpu", help="per-job run folders (merged into runs/)")
+    g.add_argument("--data-root", default=None, help="dataset folder where ../shared/data is not beside the repo")
+    g.set_defaults(func=gpu)
     sub.add_parser("status").set_defaults(func=status)
     sub.add_parser("tables").set_defaults(func=tables)
     args = parser.parse_args()

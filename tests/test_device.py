@@ -133,3 +133,14 @@ def test_audit_cli_runs_on_the_device(tmp_path):
                  "--out", str(tmp_path / "report")])
     assert code == 0
     assert (tmp_path / "report" / "metrics.json").exists()
+
+
+def test_exact_text_attack_recovers_on_the_device():
+    """DAGER (exact, span checks on the device's tensors) recovers a gpt2-tiny FedSGD batch whole there too."""
+    pytest.importorskip("transformers")
+    spec, clients = load("text", num_clients=1, samples_per_client=2, seq_len=8, task="causal-lm")
+    model = build_model("gpt2-tiny", spec, seed=0, dropout="off").to(DEVICE)
+    client = clients[0].to(DEVICE)
+    update = client_update(model, client, Protocol("fedsgd", lr=0.01), seed=0)
+    rec = build("dager").reconstruct(update, model, spec)
+    assert evaluate(rec, client, spec, tokenizer=model.tokenizer)["exact_sequences"] == 1.0  # share of the batch

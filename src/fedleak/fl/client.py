@@ -173,6 +173,9 @@ def local_training(
     if buffers and train_mode and not private_buffers:
         buffers = {k: v.clone() for k, v in buffers.items()}
     buffers = buffers or {}
+    if params:  # the data go where the weights are (an attacker's host-side token ids, a CPU label vector)
+        device = next(iter(params.values())).device
+        inputs, labels = inputs.to(device), labels.to(device)
     batches = [batch.to(inputs.device) for epoch in schedule for batch in epoch]
     if not batches:
         raise FedleakError("the batch schedule is empty: no local step was taken")
@@ -322,7 +325,10 @@ def client_update(
         raise FedleakError("client labels must be integer class indices")
     generator = torch.Generator(device=first.device)
     generator.manual_seed(int(seed))
-    schedule = batch_schedule(len(data), protocol, generator)
+    # the batch order is drawn on the CPU whatever the device (randperm takes a CPU generator; the order is the
+    # same on every device), the noise of defenses on the device's generator
+    order = generator if first.device.type == "cpu" else torch.Generator().manual_seed(int(seed))
+    schedule = batch_schedule(len(data), protocol, order)
     try:
         # dropout masks (model, LoRA) come from torch's generator: seeded on a forked copy (reproducible updates)
         with torch.random.fork_rng(devices=[first.device] if first.device.type == "cuda" else []):

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ...types import Reconstruction, Update
-from .probes import base_of, hf_of, run_model
+from .probes import base_of, device_of, hf_of, run_model
 
 
 def task_of(model: nn.Module) -> str:
@@ -111,11 +111,11 @@ def exactness(tokens: int, limit: int, first, second, reason_extra: str = "", ga
 
 def text_result(ids: torch.Tensor, model: nn.Module, extras: dict) -> Reconstruction:
     """A text Reconstruction: ids (M, L) long, decoded strings when the model has a tokenizer."""
-    ids = ids.long()
+    ids = ids.long().cpu()
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is not None:
         extras["text"] = [tokenizer.decode(row.tolist()) for row in ids]
-    return Reconstruction(ids, None, None, extras)
+    return Reconstruction(ids.to(device_of(model)), None, None, extras)
 
 
 def first_inputs_fn(model: nn.Module, points: list[dict], module: nn.Module):

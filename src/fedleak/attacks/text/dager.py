@@ -87,7 +87,7 @@ class Dager(Attack):
         first_inputs = first_inputs_fn(model, points, first.modules[0])
 
         def first_distance(x):  # (K, B, T, d) -> (B, T): closest θ point
-            return first.distance(x, fast=True).min(0).values
+            return first.distance(x, fast=True).min(0).values.cpu()
 
         positional = model_type(model) != "llama"
         # progress (fedleak.attacks.progress): vocabulary chunks, then growth steps (decoders) or sweeps (encoders)
@@ -106,14 +106,14 @@ class Dager(Attack):
 
             def second_distance(ids):
                 return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
-                                    for p in points]).min(0).values
+                                    for p in points]).min(0).values.cpu()
 
             outside = outside_level(second_distance, vocab_size(model), length, gen)
             extras["outside_min"] = float(outside.min())
             if causal:
                 def pair_distance(prefixes, cand):
                     return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand,
-                                                                    opts.chunk)) for p in points]).min(0).values
+                                                                    opts.chunk)) for p in points]).min(0).values.cpu()
 
                 prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
                                              cap_factor=opts.beam_factor, pair_distance=pair_distance,

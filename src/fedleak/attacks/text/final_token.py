@@ -43,11 +43,11 @@ def recover_final(model: nn.Module, params: dict, gradient: dict, prefixes: torc
     observed = gradient[name].double()
     residual = observed - simulate(ids)[name].double()
     head = base_of(model).get_output_embeddings()
-    hidden = capture(model, params, ids, head)[:, -2].double()  # (N, d) state predicting the final token
+    hidden = capture(model, params, ids, head)[:, -2].double().to(residual.device)  # (N, d) state predicting the final token
     coeff = residual @ torch.linalg.pinv(hidden)  # (V, N)
     scale = float(coeff[dummy].max())
     low, arg = coeff.min(0)
-    finals = torch.where(low < -0.5 * abs(scale), arg, torch.full_like(arg, dummy))
+    finals = torch.where(low < -0.5 * abs(scale), arg, torch.full_like(arg, dummy)).cpu()
     ids[:, -1] = finals
     check = simulate(ids)[name].double()
     rel = float((observed - check).norm() / observed.norm().clamp_min(1e-30))

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .probes import _hook, _Stop, hf_of
+from .probes import _hook, _Stop, device_of, hf_of
 
 
 def _hf_params(model: nn.Module, params: dict) -> dict:
@@ -26,6 +26,8 @@ def _hf_params(model: nn.Module, params: dict) -> dict:
 
 def _run(model, params, store, module, **kwargs):
     hf = hf_of(model)
+    device = device_of(model, params)
+    kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
     if "past_key_values" in kwargs and _takes_cache(hf):  # the newer name of the same argument
         kwargs["cache"] = kwargs.pop("past_key_values")
     with torch.no_grad(), _hook(module, store, stop=True):

@@ -193,8 +193,21 @@ def _hook(module: nn.Module, store: list, stop: bool):
         handle.remove()
 
 
+def device_of(model: nn.Module, params: Optional[dict] = None) -> torch.device:
+    """Where the model's computation runs: the device of ``params`` (θ of the update), else of its weights.
+
+    The text attacks keep their bookkeeping (token ids, candidate sets, distances) on the host and run the
+    model's forwards on this device: ids go there at each forward, distances come back."""
+    for value in (params or {}).values():
+        return value.device
+    for value in model.parameters():
+        return value.device
+    return torch.device("cpu")
+
+
 def run_model(model: nn.Module, params: dict, ids: torch.Tensor):
     """The model's forward on token ids with ``params`` (θ of the update) in place of its weights."""
+    ids = ids.to(device_of(model, params))
     if params:
         return functional_call(model, params, (ids,), strict=False)
     return model(ids)

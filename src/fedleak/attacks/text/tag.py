@@ -51,7 +51,7 @@ class Tag(Attack):
         table_name = _param_names(model).get(id(table))
         task = task_of(model)
         labels = self._labels(model, update, target, n, task)
-        logits = (0.01 * torch.randn(n, length, vocab, generator=gen)).requires_grad_(True)
+        logits = (0.01 * torch.randn(n, length, vocab, generator=gen)).to(table.device).requires_grad_(True)
         optimizer = torch.optim.Adam([logits], lr=opts.lr)
         relaxed = copy.copy(model)  # same modules and parameter names, embeddings in, the model's own loss
         state = {}
@@ -79,7 +79,7 @@ class Tag(Attack):
                 optimizer.step()
                 history.append(loss.item())
                 tick(step + 1, history[-1])
-        ids = logits.argmax(-1).detach()
+        ids = logits.argmax(-1).detach().cpu()
         extras = {"exactness": {"holds": False, "tokens": n * length, "limit": 0,
                                 "reason": "optimization attack: an estimate at a stated budget, never exact"},
                   "certain": False, "loss": history[-1] if history else None, "steps": opts.steps,

@@ -69,12 +69,12 @@ class Tiger(Attack):
             probe.spans = [sp if sp.proper else sp.with_rank(min(n * length, sp.width - 1)) for sp in probe.spans]
         positional = model_type(model) != "llama"
         first_inputs = first_inputs_fn(model, [{}], first.modules[0])
-        _, dist1, _ = token_candidates(first_inputs, lambda x: first.distance(x, fast=True).min(0).values, vocab_size(model),
+        _, dist1, _ = token_candidates(first_inputs, lambda x: first.distance(x, fast=True).min(0).values.cpu(), vocab_size(model),
                                        length, positional)
         k = opts.candidates or max(8, 2 * n)
         cands = dist1.topk(k, dim=0, largest=False).indices.T  # (L, K)
         table = base_of(model).get_input_embeddings().weight.detach()
-        logits = (0.1 * torch.randn(n, length, k, generator=gen)).requires_grad_(True)
+        logits = (0.1 * torch.randn(n, length, k, generator=gen)).to(table.device).requires_grad_(True)
         with torch.no_grad():
             logits[torch.arange(n), :, torch.arange(n) % k] += 1.0  # slot n starts on the n-th closest token
         optimizer = torch.optim.Adam([logits], lr=opts.lr)
@@ -91,14 +91,14 @@ class Tiger(Attack):
                 optimizer.step()
                 history.append(loss.item())
                 tick(step + 1, history[-1])
-        ids = cands[torch.arange(length), logits.argmax(-1)]  # (N, L)
+        ids = cands[torch.arange(length), logits.argmax(-1).cpu()]  # (N, L)
         extras = {"exactness": exact, "loss": history[-1] if history else None, "candidates": k,
                   "first": first.describe(), "second": second.describe(), "task": task_of(model)}
         verified = False
         if opts.polish:
             def second_distance(x):
                 from .probes import capture
-                return second.distance(capture(model, {}, x, second.modules[0]))
+                return second.distance(capture(model, {}, x, second.modules[0])).cpu()
 
             outside = outside_level(second_distance, vocab_size(model), length, gen)
             per_position = [cands[p] for p in range(length)]

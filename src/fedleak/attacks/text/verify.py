@@ -104,11 +104,11 @@ def _labels_from_head(model, update: Update, ids: torch.Tensor, classes: int):
         pad = getattr(base_of(model).config, "pad_token_id", None)
         real = (ids != pad) if pad is not None else torch.ones_like(ids, dtype=torch.bool)
         last = (real.long().cumsum(1).argmax(1))
-        hidden = hidden[torch.arange(ids.shape[0]), last]
+        hidden = hidden[torch.arange(ids.shape[0]), last.to(hidden.device)]
     coeff = residual @ torch.linalg.pinv(hidden)  # (C, N): column n ≈ (e_0 − e_{y_n}) / N (hidden: N × d)
     scale = float(coeff.abs().max()) or 1.0
     low, arg = coeff.min(0)
-    return torch.where(low < -0.5 * scale, arg, torch.zeros_like(arg)), None
+    return torch.where(low < -0.5 * scale, arg, torch.zeros_like(arg)).cpu(), None
 
 
 def _labels_after(model, update: Update, ids: torch.Tensor):
