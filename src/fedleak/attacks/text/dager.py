@@ -117,7 +117,9 @@ class Dager(Attack):
 
                 prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
                                              cap_factor=opts.beam_factor, pair_distance=pair_distance,
-                                             advance=advance)
+                                             advance=advance,
+                                             inputs_of=lambda ids: capture(model, points[0], ids,
+                                                                           second.modules[0]).cpu())
                 extras["growth"] = info
                 verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
                 ids = prefixes

@@ -81,14 +81,17 @@ def split(dist: torch.Tensor, outside: torch.Tensor, accepted: list[float]) -> f
 
 def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_sequences: int,
                 outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8,
-                pair_distance=None, advance: Callable[[], None] | None = None) -> tuple[torch.Tensor, dict]:
+                pair_distance=None, advance: Callable[[], None] | None = None,
+                inputs_of: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, dict]:
     """Greedy left-to-right growth of prefixes through the second span (DAGER Alg. 1).
 
     Returns the surviving prefixes (P, steps) and diagnostics (threshold, per-step survivors,
     whether every step had a clean gap). At most ``cap_factor``·N prefixes are kept per step.
     ``pair_distance(prefixes, cand)`` (optional) gives the new position's distances of all pairs at
     once (:mod:`.incremental`, the first block's key/value cache) instead of whole-pair passes.
-    ``advance()`` is called after every growth step (progress).
+    ``advance()`` is called after every growth step (progress). ``inputs_of(prefixes)`` (optional) gives the
+    second probe's inputs (P, steps, d) of whole prefixes; when more than N survive, the N kept are those whose
+    inputs together span the most directions (:func:`select_spanning`), not merely the closest.
     """
     prefixes = torch.zeros(1, 0, dtype=torch.long)
     worst = torch.zeros(1, dtype=torch.float64)  # per prefix: its largest accepted distance / threshold
@@ -126,12 +129,47 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
         survivors.append(int(keep.numel()))
         if advance is not None:
             advance()
-    if prefixes.shape[0] > num_sequences:  # the N prefixes that stayed closest to the span
-        best = worst.argsort()[:num_sequences]
+    selected_by = "distance"
+    if prefixes.shape[0] > num_sequences:  # more survivors than sequences: keep N of them
+        if inputs_of is not None:
+            best, selected_by = select_spanning(inputs_of(prefixes), worst, num_sequences), "span coverage"
+        else:  # the N prefixes that stayed closest to the span
+            best = worst.argsort()[:num_sequences]
         prefixes, worst = prefixes[best], worst[best]
     clean = clean and bool((worst <= 1).all())
     return prefixes, {"survivors": survivors, "accepted_max": accepted_max,
-                      "rejected_min": None if rejected_min == math.inf else rejected_min, "clean": clean}
+                      "rejected_min": None if rejected_min == math.inf else rejected_min, "clean": clean,
+                      "selected_by": selected_by}
+
+
+def select_spanning(inputs: torch.Tensor, worst: torch.Tensor, n: int, tol: float = 1e-3) -> torch.Tensor:
+    """Indices of ``n`` of the surviving prefixes whose inputs (P, T, d) together span the most directions.
+
+    Under RoPE a prefix that repeats one token passes every span test: attention over identical keys and
+    values returns the same vector at every position, the vector of that token at position 0 — which lies in
+    the span whenever a true sequence starts with it (measured on SmolLM2: ``253 253 …`` at distance 5e-7
+    beside the true ``253 23020 …``). Such a prefix adds one direction to the span; a true sequence adds one
+    per distinct position. Greedy: repeatedly take the prefix whose unit-normalized inputs add the most
+    directions (singular values of its residual off the directions taken so far above ``tol``), ties by
+    the smaller distance ratio ``worst``.
+    """
+    rows = inputs.double()
+    rows = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    basis = rows.new_zeros(0, rows.shape[-1])
+    chosen: list[int] = []
+    for _ in range(min(n, rows.shape[0])):
+        best, best_key, best_dirs = -1, None, None
+        for i in range(rows.shape[0]):
+            if i in chosen:
+                continue
+            residual = rows[i] - (rows[i] @ basis.T) @ basis
+            _, s, vh = torch.linalg.svd(residual, full_matrices=False)
+            key = (-int((s > tol).sum()), float(worst[i]))
+            if best_key is None or key < best_key:
+                best, best_key, best_dirs = i, key, vh[s > tol]
+        chosen.append(best)
+        basis = torch.cat([basis, best_dirs])
+    return torch.tensor(chosen, dtype=torch.long)
 
 
 def search_encoder(second: Distances, cands: list[torch.Tensor], num_sequences: int, outside: torch.Tensor, *,
