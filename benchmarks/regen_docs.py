@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-DOCS = (ROOT / "docs" / "verdict.md", ROOT / "docs" / "performance.md")
+DOCS = (ROOT / "docs" / "verdict.md", ROOT / "docs" / "performance.md", ROOT / "docs" / "text-attacks.md")
 BLOCK = re.compile(r"(<!-- regen:([\w-]+) -->\n)(.*?)(<!-- /regen:\2 -->)", re.S)
 
 
@@ -144,8 +144,63 @@ def gpu_speed() -> str:
     return "\n".join(rows) + "\n"
 
 
+TEXT_CASE_FILES = ("text_dp.json", "text_dp_low.json", "text_fedavg.json", "text_final.json", "text_gpt2small.json",
+                   "text_grid.json", "text_lora.json", "text_tag.json")
+
+
+def _num(value) -> str:
+    return "–" if value is None else str(value)
+
+
+def text_cases() -> str:
+    """Every case of ``bench_text.py``'s results files, one table per file, as measured (one batch each)."""
+    head = ("| case | ROUGE-1 / 2 | exact seq. | token acc. | exactness (tokens / limit) | certain | CPU s | wall s | "
+            "load |\n|---|---|---|---|---|---|---|---|---|\n")
+    parts = []
+    for name in TEXT_CASE_FILES:
+        data = _load(name)
+        rows = []
+        for case, r in data["cases"].items():
+            if "error" in r:
+                rows.append(f"| {case} | error: {r['error']} | | | | | | | |")
+                continue
+            ex = r.get("exactness") or {}
+            load = (r.get("load_average") or [None])[0]
+            rows.append(f"| {case} | {r['rouge1']:.2f} / {r['rouge2']:.2f} | {r['exact_sequences']:.2f} | "
+                        f"{r['token_accuracy']:.2f} | {ex.get('holds')} ({ex.get('tokens')} / {ex.get('limit')}) | "
+                        f"{r.get('certain')} | {_num(r.get('cpu_seconds'))} | {_num(r.get('seconds'))} | {_num(load)} |")
+        parts.append(f"### {name} (threads {data.get('threads')}, {data.get('device')})\n\n" + head + "\n".join(rows))
+    return "\n\n".join(parts) + "\n"
+
+
+def text_heldout() -> str:
+    """The text attacks' documented cases over several batches of a held-out corpus (``bench_text_heldout.py``)."""
+    data = _load("text_heldout.json")
+    head = ("| case | batches | sequences whole | batches proved (recomputed update) | ROUGE-1 (mean) | "
+            "per batch: exact share | CPU s (mean) | load |\n|---|--:|--:|--:|--:|---|--:|--:|\n")
+    rows = []
+    for name, c in data["cases"].items():
+        per = c.get("per_batch", [])
+        if not per:
+            rows.append(f"| {name} | 0 of {c.get('batches')} | not run yet | | | | | |")
+            continue
+        shares = ", ".join(f"{b['exact_share']:.2f}" for b in per)
+        load = (c.get("load_average") or [None])[0]
+        rows.append(f"| {name} | {len(per)} of {c['batches']} | {c.get('sequences_whole')} of {c.get('sequences')} | "
+                    f"{c.get('certain_batches')} of {len(per)} | {_fmt(c.get('rouge1_mean'), 2)} | {shares} | "
+                    f"{_fmt(c.get('cpu_seconds_mean'))} | {_fmt(load)} |")
+    corpus = data.get("corpus", {})
+    foot = (f"\n\nCorpus: {corpus.get('source')}, {corpus.get('topics')} topics, {corpus.get('characters'):,} characters, "
+            f"batch {_fmt(next(iter(data['cases'].values())).get('batch'))} x "
+            f"{_fmt(next(iter(data['cases'].values())).get('seq_len'))} tokens, one client per batch; "
+            f"threads {data.get('threads')}, {data.get('device')}, torch {data.get('torch')} "
+            "(`benchmarks/results/text_heldout.json`).\n")
+    return head + "\n".join(rows) + foot
+
+
 TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
-          "gpu-speed": gpu_speed}
+          "gpu-speed": gpu_speed, "text-cases": text_cases,
+          "text-heldout": text_heldout}
 
 
 def _unbacked_claims(path: Path, text: str) -> list[str]:
