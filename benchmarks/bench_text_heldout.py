@@ -10,7 +10,7 @@ over ``--batches`` batches (one client each), and reports the share over batches
 * ``minilm-4x16-dager`` / ``minilm-4x16-tiger`` — the pretrained MiniLM encoder, sequence classification, FedSGD;
 * ``gpt2tiny-fedavg10-dager`` — gpt2-tiny, next-token loss, FedAvg 10 full-batch local steps at lr 1e-2 (as `text_fedavg.json`).
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_text_heldout.py [--batches 4] [--out benchmarks/results/text_heldout.json]
+    OMP_NUM_THREADS=1 python benchmarks/bench_text_heldout.py [--batches 4] --out benchmarks/results/text_heldout.json
 
 Each batch records exact share, ROUGE-1, token accuracy, ``certain`` (the recomputed update matches) and CPU
 seconds; the file is rewritten after every batch and a finished case is not re-run (resumable).
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from _results import fresh  # benchmarks/_results.py: a new timestamped file by default
 from fedleak import data, metrics, models
 from fedleak.attacks import build
 from fedleak.fl.client import client_update
@@ -86,7 +87,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "text_heldout.json"))
+    parser.add_argument("--out", default=fresh("text_heldout.json"),
+                        help="results file (default: a new file; name benchmarks/results/text_heldout.json to resume or update the tracked one)")
     args = parser.parse_args()
     out = Path(args.out)
     doc = json.loads(out.read_text()) if out.exists() else {}
