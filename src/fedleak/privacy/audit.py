@@ -5,7 +5,8 @@ Walks one line: the claimed DP setting (``--defense flower-central-dp:noise=σ,c
 (:mod:`.federation`) → per threat model the rigorous one-run lower bound (:mod:`.one_run`, *proved*
 privacy loss) and the Gaussian estimate (:mod:`.estimate`, *estimated*) beside the accountants' ε
 (:mod:`.accountants`) → the claim test and findings (:mod:`.diagnose`) → ``dp-audit.json`` and
-``dp-audit.png`` in ``out``.
+``dp-audit.png`` in ``out``. ``level="example"`` (``--defense dp-sgd:…``) hands over to :mod:`.sgd_audit`
+after the same input checks.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .gdp import composed_mu
 from .one_run import lower_bounds
 
 THREATS = ("all-iterates", "final-model")
+LEVELS = ("client", "example")
 MAX_CANARIES = 1_000_000
 
 
@@ -45,19 +47,34 @@ def _positive(name: str, value, integer: bool = False, upper: float = math.inf):
     return int(value) if integer else float(value)
 
 
-def claimed_setting(defense, rounds: int, clients: Optional[int]) -> tuple[DPSetting, int]:
-    """(σ, C, T) and K from the ``--defense`` specs; only client-level central DP is audited here."""
+def parse_claim(defense, level: Optional[str]):
+    """The parsed ``--defense`` and the level it audits: ``flower-central-dp`` → client, ``dp-sgd`` → example."""
     from ..audit.config import parse_defenses
     from ..fl.update_filters import UpdateFilter
 
+    if level is not None and level not in LEVELS:
+        raise FedleakError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
     specs = [defense] if isinstance(defense, str) else list(defense or ())
     try:
-        parsed, _, _ = parse_defenses(specs)
+        parsed, _, privacy = parse_defenses(specs)
     except FedleakError as exc:
         raise FedleakError(f"--defense: {exc}") from None
-    if not isinstance(parsed, UpdateFilter) or parsed.kind != "flower-central-dp":
-        raise FedleakError("--defense: dp-audit audits client-level DP; give the claimed setting as "
-                           "flower-central-dp:noise=σ,clip=C,clients=K")
+    if isinstance(parsed, UpdateFilter) and parsed.kind == "flower-central-dp":
+        found = "client"
+    elif getattr(parsed, "kind", None) == "dp-sgd":
+        found = "example"
+    else:
+        raise FedleakError("--defense: dp-audit audits client-level DP (flower-central-dp:noise=σ,clip=C,clients=K) "
+                           "or a client's example-level DP-SGD (dp-sgd:clip=C,noise=σ with --level example)")
+    if level is not None and level != found:
+        want = "dp-sgd:clip=C,noise=σ" if level == "example" else "flower-central-dp:noise=σ,clip=C,clients=K"
+        raise FedleakError(f"--level {level} audits {'DP-SGD' if level == 'example' else 'client-level DP'}: give "
+                           f"--defense {want}")
+    return parsed, found, privacy
+
+
+def claimed_setting(parsed, rounds: int, clients: Optional[int]) -> tuple[DPSetting, int]:
+    """(σ, C, T) and K of the parsed client-level ``--defense`` (Flower's central DP, fixed clipping)."""
     p = parsed.params
     k = int(p["clients"])
     if clients is not None and int(clients) != k:
@@ -70,8 +87,13 @@ def claimed_setting(defense, rounds: int, clients: Optional[int]) -> tuple[DPSet
 def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_root=None, clients: Optional[int] = None,
              samples: int = 20, rounds: int = 10, epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
-             threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True) -> dict:
-    """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given."""
+             threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True,
+             level: Optional[str] = None) -> dict:
+    """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given.
+
+    ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``) or
+    ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`); by default the
+    level the defense names."""
     from ..types import Protocol
 
     started = time.perf_counter()
@@ -88,17 +110,34 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise FedleakError(f"--seed must be an integer ≥ 0, got {seed!r}")
     Canaries(m, 1, seed, canary_scale)  # checks --canary-scale before any work
-    setting, k = claimed_setting(defense, rounds, clients)
-    faults = Fault.parse(fault, k)
+    epochs = _positive("--epochs", epochs, integer=True, upper=10_000)
+    if batch_size is not None:
+        batch_size = _positive("--batch-size", batch_size, integer=True, upper=100_000)
+    lr = _positive("--lr", lr)
+    parsed, level, privacy = parse_claim(defense, level)
     protocol = Protocol("fedavg", epochs, batch_size, lr, True)
+    if level == "example":
+        from .sgd_audit import claimed_dpsgd, prepare, run_example_audit
+        from .sgd_run import SGDFault
+
+        if clients is not None:
+            raise FedleakError("--clients: the example-level audit trains one DP-SGD client; leave --clients out")
+        noise, clip = claimed_dpsgd(parsed, privacy)
+        sgd_fault = SGDFault.parse(fault)
+        prepared = prepare(locals())
+        runner = run_example_audit
+    else:
+        setting, k = claimed_setting(parsed, rounds, clients)
+        faults = Fault.parse(fault, k)
+        runner = _run
     if out is None:
-        return _run(locals(), None)
+        return runner(locals(), None)
     from ..runs.lock import OutLock
     from ..runs.outdir import prepare_out_dir
 
     out_dir = prepare_out_dir(out, "--out")
     with OutLock(out_dir, "fedleak dp-audit"):  # a second dp-audit on this --out refuses before any work
-        return _run(locals(), out_dir)
+        return runner(locals(), out_dir)
 
 
 def _run(a: dict, out_dir: Optional[Path]) -> dict:
@@ -124,6 +163,7 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     check = diagnose(fed.scores[threat], fed.included, fed.raw_norm, fed.node, mu_claimed, setting.noise, k,
                      delta=delta)
     result = {
+        "level": "client",
         "epsilon_accountant": accountant_epsilons(setting.noise, rounds, delta),
         "epsilon_lower": bounds[threat]["epsilon_gdp"],
         "epsilon_estimate": estimates[threat]["epsilon"],

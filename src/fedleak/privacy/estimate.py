@@ -61,7 +61,7 @@ def epsilon_two_gaussians(m1: float, s1: float, m0: float, s0: float, delta: flo
     high = 1.0
     while delta_two_gaussians(m1, s1, m0, s0, high) > delta:
         high *= 2
-        if high > 1e4:
+        if high > 512:  # e^ε overflows a float beyond ε ≈ 709: the fitted pair is as good as not private
             return math.inf
     return float(brentq(lambda e: delta_two_gaussians(m1, s1, m0, s0, e) - delta, 0.0, high, xtol=1e-8))
 
