@@ -1,13 +1,15 @@
 """Is the DP-SGD a client claims in force? The claim test and the findings of the example-level audit.
 
-* **Claim test (proved).** Without subsampling (q = 1) T DP-SGD steps are exactly √T/σ-GDP per canary
+* **Claim test (proved)**, on the canaries of raw norm ``scale``·C (three in four, fixed in advance: under the
+  claim they are clipped to C like the rest, so the test keeps its level; where clipping is missing they
+  separate most). Without subsampling (q = 1) T DP-SGD steps are exactly √T/σ-GDP per canary
   (Dong, Roth, Su 2022, Cor. 3.3), and the claim is tested with Mahloujifar et al.'s one-run f-DP analysis
   (ICML 2025; :func:`fedleak.privacy.one_run.gdp_p_value`) on one-sided guesses ("in" for the
   ⌈0.3·m⌉ highest statistics), as the client-level audit does. With q < 1 the privacy curve of the
   subsampled Gaussian is not Gaussian, so the claim tested is the accountant's (ε, δ) point itself
   (Opacus PRV, else RDP), with Steinke et al.'s (ε, δ)-DP analysis (NeurIPS 2023, §5) on two-sided guesses
-  (:data:`CLAIM_FRACTION`·m highest "in", as many lowest "out"): assumption-free; with all r = 0.8·m guesses
-  right it rejects ε up to about ln(r/4.6) (≈ 5.1 at m = 1,000) — enough for σ = 0 (noise off) or clipping
+  (:data:`CLAIM_FRACTION` of the tested canaries highest "in", as many lowest "out"): assumption-free; with all r
+  guesses right it rejects ε up to about ln(r/4.6) (≈ 4.9 at m = 1,000: r = 600) — enough for σ = 0 (noise off) or clipping
   missing at a claimed ε below that, not for a noise multiplier 2× low.
   p < ``alpha`` rejects the claim rigorously: the lower bound exceeds the claimed ε.
 * **Which setting (estimated).** ``mean_shift`` (Σ_t x_t/√T) of an included canary at the clip norm is
@@ -27,8 +29,8 @@ from .one_run import gdp_p_value, guess, steinke_p_value
 
 #: one-sided "in" guesses of the GDP claim test (q = 1), as a fraction of the canaries (fixed in advance)
 DETECT_FRACTION = 0.3
-#: guesses on each side of the (ε, δ) claim test (q < 1): 0.4·m, six coin standard deviations inside m/2 at
-#: m = 1,000, so that a perfectly separating run can get every guess right
+#: guesses on each side of the (ε, δ) claim test (q < 1): 0.4 of the tested canaries, five coin standard deviations
+#: inside half of them at m = 1,000, so that a perfectly separating run can get every guess right
 CLAIM_FRACTION = 0.4
 #: an estimated finding needs the separation to exceed the claim by this factor
 MARGIN = 1.5
@@ -40,13 +42,16 @@ def diagnose_sgd(scores, mean_shift, included, raw_norm, *, noise: float, steps:
     included, small = np.asarray(included, bool), np.asarray(raw_norm) == 1.0
     q = float(sample_rate)
     mu_claimed = math.sqrt(steps) / noise if q == 1 else None
+    # the claim is tested on the canaries of raw norm above C (pre-registered): under the claim they are clipped to
+    # C like the others, so the test is valid; where clipping is missing they separate most
+    test_set = ~small if (~small).sum() >= 2 else np.ones_like(small)
     if q == 1:
-        g = guess(scores, included, DETECT_FRACTION, two_sided=False)
+        g = guess(scores[test_set], included[test_set], DETECT_FRACTION, two_sided=False)
         p_claim = gdp_p_value(mu_claimed, g)
         claim = f"μ = {mu_claimed:.2f}-GDP"
         test = "one-run f-DP test of the claim (Mahloujifar et al.)"
     else:
-        g = guess(scores, included, CLAIM_FRACTION, two_sided=True)
+        g = guess(scores[test_set], included[test_set], CLAIM_FRACTION, two_sided=True)
         p_claim = steinke_p_value(g.m, g.r, g.v, epsilon_claimed, delta)
         claim = f"({epsilon_claimed:.2f}, {delta:g})-DP"
         test = "one-run (ε, δ)-DP test of the accountant's ε (Steinke et al. §5)"
