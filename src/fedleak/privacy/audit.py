@@ -74,14 +74,13 @@ def parse_claim(defense, level: Optional[str]):
 
 
 def claimed_setting(parsed, rounds: int, clients: Optional[int]) -> tuple[DPSetting, int]:
-    """(σ, C, T) and K of the parsed client-level ``--defense`` (Flower's central DP, fixed clipping)."""
+    """(σ, C, T, adaptive) and K of the parsed client-level ``--defense`` (Flower's central DP, fixed or adaptive
+    clipping; ``adaptive=1``: C is the initial clip norm)."""
     p = parsed.params
     k = int(p["clients"])
     if clients is not None and int(clients) != k:
         raise FedleakError(f"--clients {clients} differs from clients={k} in --defense")
-    if p.get("adaptive"):
-        raise FedleakError("--defense: adaptive clipping is not audited yet (fixed clipping only)")
-    return DPSetting(float(p["noise"]), float(p["clip"]), rounds), k
+    return DPSetting(float(p["noise"]), float(p["clip"]), rounds, bool(p.get("adaptive"))), k
 
 
 def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_root=None, clients: Optional[int] = None,
@@ -129,6 +128,10 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     else:
         setting, k = claimed_setting(parsed, rounds, clients)
         faults = Fault.parse(fault, k)
+        if setting.adaptive:  # Flower's σ_b = (clients + inserted canaries)/20 must leave room for σ: check before work
+            from .federation import adaptive_noise
+
+            adaptive_noise(setting.noise, k + int(Canaries(m, 1, seed, canary_scale).included.sum()))
         runner = _run
     if out is None:
         return runner(locals(), None)
@@ -170,8 +173,10 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
         "evidence": {"epsilon_lower": "proved", "epsilon_estimate": "estimated"},
         "threat": threat, "canaries": m, "canaries_inserted": int(fed.included.sum()), "rounds": rounds,
         "delta": delta, "lower_bounds": bounds, "estimates": estimates, "misconfiguration": check,
-        "setting": {"defense": f"flower-central-dp:noise={setting.noise:g},clip={setting.clip:g},clients={k}",
-                    "noise": setting.noise, "clip": setting.clip, "clients": k, "mu_gdp": mu_claimed},
+        "setting": {"defense": f"flower-central-dp:noise={setting.noise:g},clip={setting.clip:g},clients={k}"
+                               + (",adaptive=1" if setting.adaptive else ""),
+                    "noise": setting.noise, "clip": setting.clip, "clients": k, "mu_gdp": mu_claimed,
+                    "clipping": "adaptive" if setting.adaptive else "fixed"},
         "fault": faults.to_json(), "canary_scale": canary_scale, "model": model, "data": data, "dimension": dim,
         "samples": samples, "protocol": {"algorithm": "fedavg", "epochs": epochs, "batch_size": batch_size, "lr": lr},
         "seed": seed, "threads": torch.get_num_threads(), "device": "cpu", "machine": platform.machine(),
@@ -184,6 +189,16 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
                                 "curve); estimates.*.epsilon_separate_variances with one variance each",
             "epsilon_accountant": "exact GDP (Dong, Roth, Su Cor. 2.13/3.3), Opacus RDP and PRV (q = 1), Flower RdpAccountant"},
     }
+    if setting.adaptive:
+        from .federation import CLIP_NORM_LR, TARGET_QUANTILE
+
+        result["adaptive_clipping"] = {
+            "clip_norms": fed.clip_norms, **fed.adaptive, "target_clipped_quantile": TARGET_QUANTILE,
+            "clip_norm_lr": CLIP_NORM_LR,
+            "accountant_note": "Flower 1.42's adaptive-clipping wrappers take no accountant; epsilon_accountant is the "
+                               "Gaussian mechanism of multiplier σ that the update (σ_Δ) and clipped-count (σ_b) "
+                               "releases together amount to (Andrew et al. 2021, Thm. 1), booked as Flower's "
+                               "RdpAccountant books fixed clipping"}
     result["cost_seconds"] = {**{k2: round(v, 3) for k2, v in fed.seconds.items()},
                               "analysis": round(time.perf_counter() - analysis_start, 3),
                               "total": round(time.perf_counter() - started, 3)}
