@@ -14,13 +14,15 @@ averaging and noise:
   the other metric values of the first real reply (FedAvg's consistency checks), so FedAvg weighs it as one
   more client. Flower sizes its noise σC/n for n = ``num_sampled_clients`` replies: set it to the real clients
   plus :attr:`inserted` (without a wrapper accountant, which insists on n = the nodes sampled) for the
-  canaries to see the claimed σ; otherwise the report states the multiplier they do see, σ·n/(K + inserted).
+  canaries to see the claimed σ; otherwise the report states the multiplier they do see, σ·(K + inserted)/n.
 * After the run (:meth:`report`): all-iterates Σ_t cos(u_j, A_t) over the aggregates A_t = θ_{t+1} − θ_t, and
   final-model cos(u_j, θ_T − θ_0), each in units of its closed-form null sd (‖Σ_t A_t/‖A_t‖‖/√d, 1/√d); for both
   threats the one-run lower bounds (:func:`fedleak.privacy.one_run.lower_bounds`) and the Gaussian estimate
   (:func:`fedleak.privacy.estimate.estimate`), beside Flower's accountant ε: ``privacy_spent()`` of the wrapped
   strategy when it keeps one, else Flower's ``RdpAccountant`` for its ``noise_multiplier`` over the rounds run
-  (:func:`fedleak.fl.update_filters.central_epsilon`), and the exact √T/σ-GDP ε of both σ.
+  (:func:`fedleak.fl.update_filters.central_epsilon`), and the exact √T/σ-GDP ε of both σ; ``claim_test``: the
+  one-run f-DP test (Mahloujifar et al., as :mod:`fedleak.privacy.diagnose` runs it) of "the canaries see
+  √T/σ-GDP", p < 0.01 proving the DP claimed is not in force.
 
 Memory: the running sum Σ_t A_t/‖A_t‖ and θ_0 (two d-vectors); the inserted canaries' replies exist only while
 a round is aggregated (Flower's API takes replies as messages).
@@ -154,7 +156,8 @@ class CanaryAudit(Strategy):
             out["noise_multiplier"] = float(noise)
             out["gdp_exact"] = epsilon_of(composed_mu(float(noise), self.rounds), self.delta)
             if isinstance(sampled, (int, float)) and self.aggregated:
-                seen = float(noise) * sampled / float(np.mean(self.aggregated))
+                # noise σC/n on the mean of (real + canary) replies, a canary C/(real + canaries) of it
+                seen = float(noise) * float(np.mean(self.aggregated)) / sampled
                 out["canary_noise_multiplier"] = seen
                 out["canary_gdp_exact"] = epsilon_of(composed_mu(seen, self.rounds), self.delta)
         return out
@@ -201,7 +204,17 @@ class CanaryAudit(Strategy):
         result["epsilon_lower"] = result["lower_bounds"]["all-iterates"]["epsilon_gdp"]
         result["epsilon_estimate"] = result["estimates"]["all-iterates"]["epsilon"]
         result["threat"] = "all-iterates"
-        result["epsilon_accountant"] = self._accountant()
+        result["epsilon_accountant"] = acc = self._accountant()
+        if acc.get("canary_noise_multiplier"):  # is the σ the canaries should see in force? (as fedleak dp-audit asks)
+            from ...privacy.diagnose import DETECT_FRACTION
+            from ...privacy.gdp import composed_mu
+            from ...privacy.one_run import gdp_p_value, guess
+
+            mu = composed_mu(acc["canary_noise_multiplier"], self.rounds)
+            g = guess(scores["all-iterates"], self.included, DETECT_FRACTION, two_sided=False)
+            p = gdp_p_value(mu, g)
+            result["claim_test"] = {**g.to_json(), "mu_claimed": mu, "p_value": p, "alpha": 0.01,
+                                    "rejected": p < 0.01, "evidence": "proved" if p < 0.01 else None}
         result["scores"] = {t: s.tolist() for t, s in scores.items()}
         if self.out is not None:
             from ...runs.outdir import prepare_out_dir
