@@ -58,6 +58,11 @@ def prepare(a: dict) -> tuple:
     if not client_data or len(client_data[0]) < 1:
         raise FedleakError(f"--data {a['data']} has no client of {a['samples']} samples")
     net = models.build(a["model"], spec, seed=a["model_seed"])
+    from ..fl.client import has_batchnorm
+
+    if has_batchnorm(net):  # per-example gradients (DP-SGD) are undefined under batch statistics
+        raise FedleakError(f"--model {a['model']} has BatchNorm: DP-SGD needs per-example gradients; use a model "
+                           "without BatchNorm (e.g. lenet, femnist-cnn, mlp)")
     dim = sum(p.numel() for p in net.parameters() if p.requires_grad)
     return net, client_data[0], DiracCanaries(a["m"], dim, a["seed"], a["canary_scale"])
 
