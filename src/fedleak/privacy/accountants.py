@@ -26,7 +26,7 @@ def accountant_epsilons(noise: float, rounds: int, delta: float) -> dict:
     for name in ("rdp", "prv"):
         try:
             out[f"opacus_{name}"] = epsilon(params, name)
-        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
+        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError, MemoryError) as exc:  # PRV: σ ≪ 1
             out[f"opacus_{name}"] = None
             out[f"opacus_{name}_note"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     flower = central_epsilon(float(noise), int(rounds), float(delta))
@@ -49,7 +49,7 @@ def dpsgd_epsilons(noise: float, sample_rate: float, steps: int, delta: float) -
     for name in ("rdp", "prv"):
         try:
             out[f"opacus_{name}"] = epsilon(params, name)
-        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
+        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError, MemoryError) as exc:  # PRV: σ ≪ 1
             out[f"opacus_{name}"] = None
             out[f"opacus_{name}_note"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return out

@@ -66,7 +66,8 @@ def sgd_summary_lines(result: dict) -> list[str]:
         + (f", {_fmt(acc['gdp_exact'])} (exact GDP)." if acc.get("gdp_exact") is not None else "."),
     ]
     if claim and low is not None and math.isfinite(claim) and claim > 0 and math.isfinite(low):
-        lines.append(f"The proved loss is {low / claim:.0%} of Opacus's PRV ε"
+        which = "PRV" if acc.get("opacus_prv") else "RDP"
+        lines.append(f"The proved loss is {low / claim:.0%} of Opacus's {which} ε"
                      + (f"; the estimate is {est / claim:.0%} of it." if math.isfinite(est) and est < 1000 else "."))
     lines.extend(result["misconfiguration"]["findings"])
     return lines
