@@ -20,6 +20,7 @@ averaging and noise:
   threats the one-run lower bounds (:func:`fedleak.privacy.one_run.lower_bounds`) and the Gaussian estimate
   (:func:`fedleak.privacy.estimate.estimate`), beside Flower's accountant ε: ``privacy_spent()`` of the wrapped
   strategy when it keeps one, else Flower's ``RdpAccountant`` for its ``noise_multiplier`` over the rounds run
+  (an adaptive wrapper keeps there σ_Δ, the update's share of σ: the ε of what the canaries can see)
   (:func:`fedleak.fl.update_filters.central_epsilon`), and the exact √T/σ-GDP ε of both σ; ``claim_test``: the
   one-run f-DP test (Mahloujifar et al., as :mod:`fedleak.privacy.diagnose` runs it) of "the canaries see
   √T/σ-GDP", p < 0.01 proving the DP claimed is not in force.
