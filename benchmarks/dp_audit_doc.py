@@ -1,6 +1,7 @@
-"""Regenerate the numbers block of docs/dp-audit.md from benchmarks/results/dp_audit.json.
+"""Regenerate the numbers blocks of docs/dp-audit.md from benchmarks/results/dp_audit.json (client level) and
+benchmarks/results/dp_audit_sgd.json (example level, benchmarks/bench_dp_audit_sgd.py).
 
-    python benchmarks/dp_audit_doc.py            # rewrites the block between the markers
+    python benchmarks/dp_audit_doc.py            # rewrites the blocks between the markers
     python benchmarks/dp_audit_doc.py --check    # exit 1 if the doc is out of date
 """
 
@@ -14,6 +15,57 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "dp_audit.json"
 DOC = ROOT / "docs" / "dp-audit.md"
 BEGIN, END = "<!-- BEGIN dp_audit.json (benchmarks/dp_audit_doc.py) -->", "<!-- END dp_audit.json -->"
+RESULTS_SGD = ROOT / "benchmarks" / "results" / "dp_audit_sgd.json"
+BEGIN_SGD, END_SGD = "<!-- BEGIN dp_audit_sgd.json (benchmarks/dp_audit_doc.py) -->", "<!-- END dp_audit_sgd.json -->"
+
+
+def _f(x) -> str:
+    return "n/a" if x is None else ("> 1000" if x > 1000 else f"{x:.2f}")
+
+
+def block_sgd(r: dict) -> str:
+    """The example-level table: per sampling and ε, proved (headline and both analyses), estimated, Opacus's ε."""
+    s = r["setup"]
+    lines = [f"Measured {r['when']} on {r['cpu_count']} CPUs ({r['machine']}, {r['device']}), {r['torch_threads']} torch "
+             f"thread, load average {r['load_average_before'][0]:.1f} → {r['load_average_after'][0]:.1f}; "
+             f"{s['model']} on {s['data']}, one client of {s['samples']} samples, clip {s['clip']:g}, δ = {s['delta']:g}, "
+             f"{s['threat']} threat (white-box). Sum of the audits' costs: {r['cost_seconds_sum']:.0f} s.",
+             "",
+             "| sampling | q | steps | σ | exact ε | Opacus PRV ε | Opacus RDP ε | canaries | seed | proved ε ≥ (headline) | "
+             "f-DP (Gaussian) | (ε, δ) only | proved / PRV | estimated ε | final-model estimate | cost s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for group in r["epsilons"].values():
+        for row in group["runs"]:
+            acc = row["epsilon_accountant"]
+            lines.append(f"| {row['sampling']} | {row['sample_rate']:g} | {row['steps']} | {row['noise_multiplier']:.3f} | "
+                         f"{_f(acc.get('gdp_exact'))} | {_f(acc['opacus_prv'])} | {_f(acc['opacus_rdp'])} | "
+                         f"{row['canaries']} | {row['seed']} | {_f(row['epsilon_lower'])} | {_f(row['epsilon_lower_gdp'])} | "
+                         f"{_f(row['epsilon_lower_approx_dp'])} | {row['ratio_lower_to_prv']:.2f} | "
+                         f"{_f(row['epsilon_estimate'])} | {_f(row['epsilon_estimate_final_model'])} | "
+                         f"{row['cost_seconds']['total']:.1f} |")
+    for sampling in s["samplings"]:
+        runs = r["epsilons"].get(f"{sampling}/4", {}).get("runs", [])
+        few = [x["ratio_lower_to_prv"] for x in runs if x["canaries"] <= 1000]
+        many = [x for x in runs if x["canaries"] > 1000]
+        if few:
+            lines += ["", f"{sampling.capitalize()}, ε = 4, 1,000 canaries: the proved bound is "
+                      f"{statistics.median(few):.2f}× Opacus's PRV ε (median of {len(few)} seeds; range "
+                      f"{min(few):.2f}–{max(few):.2f})"
+                      + (f"; with {many[0]['canaries']:,} canaries {many[0]['ratio_lower_to_prv']:.2f}×." if many else ".")]
+    lines += ["", "Misconfigurations (claimed ε = 4 by Opacus's PRV accountant, 1,000 canaries, seed 0):", "",
+              "| sampling / client's DP-SGD | claim test p | detected | proved ε ≥ | exceeds the claim | finding |",
+              "|---|---|---|---|---|---|"]
+    for name, row in r["misconfigurations"].items():
+        finding = " ".join(row["findings"]).replace("|", "/")
+        lines.append(f"| {name} | {row['claim_p_value']:.2g} | {'yes' if row['detected'] else 'no'} | "
+                     f"{_f(row['epsilon_lower'])} | {'yes' if row['exceeds_claim'] else 'no'} | {finding} |")
+    return "\n".join(lines)
+
+
+def _replace(text: str, begin: str, end: str, body: str) -> str:
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
 def block(r: dict) -> str:
@@ -61,9 +113,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
     text = DOC.read_text()
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    new = f"{head}{BEGIN}\n{block(json.loads(RESULTS.read_text()))}\n{END}{tail}"
+    new = _replace(text, BEGIN, END, block(json.loads(RESULTS.read_text())))
+    new = _replace(new, BEGIN_SGD, END_SGD, block_sgd(json.loads(RESULTS_SGD.read_text())))
     if args.check:
         return 0 if new == text else 1
     DOC.write_text(new)

@@ -21,6 +21,7 @@ The deployment audit (``fedleak audit`` on the command line)::
 Is the claimed client-level DP in force (``fedleak dp-audit``; docs/dp-audit.md)::
 
     fedleak.dp_audit(defense="flower-central-dp:noise=3.4,clip=1,clients=10", rounds=10, canaries=1000, out="dp/")
+    fedleak.dp_audit(defense="dp-sgd:clip=1,noise=1.1", level="example", batch_size=5, rounds=10, out="dp-sgd/")
 """
 
 from . import attacks, audit, data, fl, metrics, models

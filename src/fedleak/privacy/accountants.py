@@ -26,11 +26,30 @@ def accountant_epsilons(noise: float, rounds: int, delta: float) -> dict:
     for name in ("rdp", "prv"):
         try:
             out[f"opacus_{name}"] = epsilon(params, name)
-        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError) as exc:
+        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError, MemoryError) as exc:  # PRV: σ ≪ 1
             out[f"opacus_{name}"] = None
             out[f"opacus_{name}_note"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     flower = central_epsilon(float(noise), int(rounds), float(delta))
     out["flower_rdp"] = flower.get("epsilon_flower")
     if flower.get("flower_note"):
         out["flower_rdp_note"] = flower["flower_note"]
+    return out
+
+
+def dpsgd_epsilons(noise: float, sample_rate: float, steps: int, delta: float) -> dict:
+    """ε(δ) of T DP-SGD steps (σ, q): Opacus's RDP and PRV accountants (:func:`fedleak.fl.accounting.epsilon`,
+    the numbers fedleak reports for a DP-SGD client) and, without subsampling (q = 1), the exact √T/σ-GDP curve."""
+    out: dict = {}
+    if sample_rate == 1:
+        out["gdp_exact"] = epsilon_of(composed_mu(noise, steps), delta)
+    else:
+        out["gdp_exact"] = None
+        out["gdp_exact_note"] = "Poisson-subsampled (q < 1): no closed form; the PRV accountant is the tight one"
+    params = PrivacyParameters(float(noise), float(sample_rate), int(steps), float(delta))
+    for name in ("rdp", "prv"):
+        try:
+            out[f"opacus_{name}"] = epsilon(params, name)
+        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError, MemoryError) as exc:  # PRV: σ ≪ 1
+            out[f"opacus_{name}"] = None
+            out[f"opacus_{name}_note"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return out

@@ -1,7 +1,9 @@
 """The ``fedleak dp-audit`` flags; ``cli.py`` calls :func:`add_arguments` and :func:`run_from_args` only.
 
 Model, data, clients, rounds, ``--defense`` and ``--out`` are named as ``fedleak audit`` names them (the
-defense spec is parsed by the same :func:`fedleak.audit.config.parse_defenses`).
+defense spec is parsed by the same :func:`fedleak.audit.config.parse_defenses`). ``--level`` picks what is
+audited: ``client`` (client-level DP of DP-FedAvg) or ``example`` (one client's DP-SGD, its examples' privacy);
+by default the level the ``--defense`` names.
 """
 
 from __future__ import annotations
@@ -18,15 +20,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-root", help="folder with the dataset files")
     g.add_argument("--samples", type=float, default=20, help="samples per client (default 20)")
     g.add_argument("--clients", type=float, help="clients per round K (default: clients= of --defense)")
-    g.add_argument("--rounds", type=float, default=10, help="rounds T, every client in every round (default 10)")
+    g.add_argument("--rounds", type=float, default=10, help="rounds T, every client in every round (default 10); "
+                   "--level example: the client's rounds, each --epochs × ⌈samples/batch⌉ DP-SGD steps")
     g.add_argument("--epochs", type=int, default=1, help="local epochs E (default 1)")
     g.add_argument("--batch-size", type=int, help="local batch size (default: all samples)")
     g.add_argument("--lr", type=float, default=0.004, help="client learning rate (default 0.004)")
     g.add_argument("--defense", action="append", metavar="SPEC", required=True,
-                   help="the claimed client-level DP: flower-central-dp:noise=σ,clip=C,clients=K")
+                   help="the claimed DP: flower-central-dp:noise=σ,clip=C,clients=K (client level) or "
+                        "dp-sgd:clip=C,noise=σ (example level: DP-SGD inside a client, q = batch/samples)")
+    g.add_argument("--level", choices=["client", "example"],
+                   help="what is audited: client-level DP of the federation, or the example-level DP-SGD of one "
+                        "client (default: the level --defense names)")
     g = p.add_argument_group("the audit")
-    g.add_argument("--canaries", type=float, default=1000, help="canary clients m, each inserted with probability "
-                   "1/2 (default 1000)")
+    g.add_argument("--canaries", type=float, default=1000, help="canary clients m (--level example: Dirac gradient "
+                   "canaries, m ≤ parameters), each inserted with probability 1/2 (default 1000)")
     g.add_argument("--canary-scale", type=float, default=10.0, help="raw norm of three canaries in four, in clip "
                    "norms (default 10; every fourth sits at the clip norm)")
     g.add_argument("--delta", type=float, default=1e-5, help="δ of the (ε, δ) statements (default 1e-5)")
@@ -34,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="headline threat model (both are reported)")
     g.add_argument("--fault", action="append", metavar="FAULT",
                    help="simulate a misconfiguration: noise=F (F × the claimed noise), no-dp=I,J (clients without "
-                        "clipping), clip-after-noise")
+                        "clipping), clip-after-noise; --level example: noise=F (F = 0: noise off), no-clip")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-plot", action="store_true", help="skip dp-audit.png")
     g.add_argument("--quiet", action="store_true", help="no progress output")
@@ -54,7 +61,7 @@ def run_from_args(args, log=print) -> dict:
                       rounds=_number(args.rounds), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                       canaries=_number(args.canaries), canary_scale=args.canary_scale, delta=args.delta,
                       seed=args.seed, threat=args.threat, fault=args.fault or (), out=args.out,
-                      log=None if args.quiet else log, plot=not args.no_plot)
+                      log=None if args.quiet else log, plot=not args.no_plot, level=args.level)
     for line in result["summary"]:
         log(line)
     return result

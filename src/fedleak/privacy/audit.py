@@ -5,7 +5,8 @@ Walks one line: the claimed DP setting (``--defense flower-central-dp:noise=σ,c
 (:mod:`.federation`) → per threat model the rigorous one-run lower bound (:mod:`.one_run`, *proved*
 privacy loss) and the Gaussian estimate (:mod:`.estimate`, *estimated*) beside the accountants' ε
 (:mod:`.accountants`) → the claim test and findings (:mod:`.diagnose`) → ``dp-audit.json`` and
-``dp-audit.png`` in ``out``.
+``dp-audit.png`` in ``out``. ``level="example"`` (``--defense dp-sgd:…``) hands over to :mod:`.sgd_audit`
+after the same input checks.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .gdp import composed_mu
 from .one_run import lower_bounds
 
 THREATS = ("all-iterates", "final-model")
+LEVELS = ("client", "example")
 MAX_CANARIES = 1_000_000
 
 
@@ -45,33 +47,52 @@ def _positive(name: str, value, integer: bool = False, upper: float = math.inf):
     return int(value) if integer else float(value)
 
 
-def claimed_setting(defense, rounds: int, clients: Optional[int]) -> tuple[DPSetting, int]:
-    """(σ, C, T) and K from the ``--defense`` specs; only client-level central DP is audited here."""
+def parse_claim(defense, level: Optional[str]):
+    """The parsed ``--defense`` and the level it audits: ``flower-central-dp`` → client, ``dp-sgd`` → example."""
     from ..audit.config import parse_defenses
     from ..fl.update_filters import UpdateFilter
 
+    if level is not None and level not in LEVELS:
+        raise FedleakError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
     specs = [defense] if isinstance(defense, str) else list(defense or ())
     try:
-        parsed, _, _ = parse_defenses(specs)
+        parsed, _, privacy = parse_defenses(specs)
     except FedleakError as exc:
         raise FedleakError(f"--defense: {exc}") from None
-    if not isinstance(parsed, UpdateFilter) or parsed.kind != "flower-central-dp":
-        raise FedleakError("--defense: dp-audit audits client-level DP; give the claimed setting as "
-                           "flower-central-dp:noise=σ,clip=C,clients=K")
+    if isinstance(parsed, UpdateFilter) and parsed.kind == "flower-central-dp":
+        found = "client"
+    elif getattr(parsed, "kind", None) == "dp-sgd":
+        found = "example"
+    else:
+        raise FedleakError("--defense: dp-audit audits client-level DP (flower-central-dp:noise=σ,clip=C,clients=K) "
+                           "or a client's example-level DP-SGD (dp-sgd:clip=C,noise=σ with --level example)")
+    if level is not None and level != found:
+        want = "dp-sgd:clip=C,noise=σ" if level == "example" else "flower-central-dp:noise=σ,clip=C,clients=K"
+        raise FedleakError(f"--level {level} audits {'DP-SGD' if level == 'example' else 'client-level DP'}: give "
+                           f"--defense {want}")
+    return parsed, found, privacy
+
+
+def claimed_setting(parsed, rounds: int, clients: Optional[int]) -> tuple[DPSetting, int]:
+    """(σ, C, T, adaptive) and K of the parsed client-level ``--defense`` (Flower's central DP, fixed or adaptive
+    clipping; ``adaptive=1``: C is the initial clip norm)."""
     p = parsed.params
     k = int(p["clients"])
     if clients is not None and int(clients) != k:
         raise FedleakError(f"--clients {clients} differs from clients={k} in --defense")
-    if p.get("adaptive"):
-        raise FedleakError("--defense: adaptive clipping is not audited yet (fixed clipping only)")
-    return DPSetting(float(p["noise"]), float(p["clip"]), rounds), k
+    return DPSetting(float(p["noise"]), float(p["clip"]), rounds, bool(p.get("adaptive"))), k
 
 
 def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_root=None, clients: Optional[int] = None,
              samples: int = 20, rounds: int = 10, epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
-             threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True) -> dict:
-    """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given."""
+             threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True,
+             level: Optional[str] = None) -> dict:
+    """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given.
+
+    ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``) or
+    ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`); by default the
+    level the defense names."""
     from ..types import Protocol
 
     started = time.perf_counter()
@@ -88,17 +109,38 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise FedleakError(f"--seed must be an integer ≥ 0, got {seed!r}")
     Canaries(m, 1, seed, canary_scale)  # checks --canary-scale before any work
-    setting, k = claimed_setting(defense, rounds, clients)
-    faults = Fault.parse(fault, k)
+    epochs = _positive("--epochs", epochs, integer=True, upper=10_000)
+    if batch_size is not None:
+        batch_size = _positive("--batch-size", batch_size, integer=True, upper=100_000)
+    lr = _positive("--lr", lr)
+    parsed, level, privacy = parse_claim(defense, level)
     protocol = Protocol("fedavg", epochs, batch_size, lr, True)
+    if level == "example":
+        from .sgd_audit import claimed_dpsgd, prepare, run_example_audit
+        from .sgd_run import SGDFault
+
+        if clients is not None:
+            raise FedleakError("--clients: the example-level audit trains one DP-SGD client; leave --clients out")
+        noise, clip = claimed_dpsgd(parsed, privacy)
+        sgd_fault = SGDFault.parse(fault)
+        prepared = prepare(locals())
+        runner = run_example_audit
+    else:
+        setting, k = claimed_setting(parsed, rounds, clients)
+        faults = Fault.parse(fault, k)
+        if setting.adaptive:  # Flower's σ_b = (clients + inserted canaries)/20 must leave room for σ: check before work
+            from .federation import adaptive_noise
+
+            adaptive_noise(setting.noise, k + int(Canaries(m, 1, seed, canary_scale).included.sum()))
+        runner = _run
     if out is None:
-        return _run(locals(), None)
+        return runner(locals(), None)
     from ..runs.lock import OutLock
     from ..runs.outdir import prepare_out_dir
 
     out_dir = prepare_out_dir(out, "--out")
     with OutLock(out_dir, "fedleak dp-audit"):  # a second dp-audit on this --out refuses before any work
-        return _run(locals(), out_dir)
+        return runner(locals(), out_dir)
 
 
 def _run(a: dict, out_dir: Optional[Path]) -> dict:
@@ -124,14 +166,17 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     check = diagnose(fed.scores[threat], fed.included, fed.raw_norm, fed.node, mu_claimed, setting.noise, k,
                      delta=delta)
     result = {
+        "level": "client",
         "epsilon_accountant": accountant_epsilons(setting.noise, rounds, delta),
         "epsilon_lower": bounds[threat]["epsilon_gdp"],
         "epsilon_estimate": estimates[threat]["epsilon"],
         "evidence": {"epsilon_lower": "proved", "epsilon_estimate": "estimated"},
         "threat": threat, "canaries": m, "canaries_inserted": int(fed.included.sum()), "rounds": rounds,
         "delta": delta, "lower_bounds": bounds, "estimates": estimates, "misconfiguration": check,
-        "setting": {"defense": f"flower-central-dp:noise={setting.noise:g},clip={setting.clip:g},clients={k}",
-                    "noise": setting.noise, "clip": setting.clip, "clients": k, "mu_gdp": mu_claimed},
+        "setting": {"defense": f"flower-central-dp:noise={setting.noise:g},clip={setting.clip:g},clients={k}"
+                               + (",adaptive=1" if setting.adaptive else ""),
+                    "noise": setting.noise, "clip": setting.clip, "clients": k, "mu_gdp": mu_claimed,
+                    "clipping": "adaptive" if setting.adaptive else "fixed"},
         "fault": faults.to_json(), "canary_scale": canary_scale, "model": model, "data": data, "dimension": dim,
         "samples": samples, "protocol": {"algorithm": "fedavg", "epochs": epochs, "batch_size": batch_size, "lr": lr},
         "seed": seed, "threads": torch.get_num_threads(), "device": "cpu", "machine": platform.machine(),
@@ -144,6 +189,16 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
                                 "curve); estimates.*.epsilon_separate_variances with one variance each",
             "epsilon_accountant": "exact GDP (Dong, Roth, Su Cor. 2.13/3.3), Opacus RDP and PRV (q = 1), Flower RdpAccountant"},
     }
+    if setting.adaptive:
+        from .federation import CLIP_NORM_LR, TARGET_QUANTILE
+
+        result["adaptive_clipping"] = {
+            "clip_norms": fed.clip_norms, **fed.adaptive, "target_clipped_quantile": TARGET_QUANTILE,
+            "clip_norm_lr": CLIP_NORM_LR,
+            "accountant_note": "Flower 1.42's adaptive-clipping wrappers take no accountant; epsilon_accountant is the "
+                               "Gaussian mechanism of multiplier σ that the update (σ_Δ) and clipped-count (σ_b) "
+                               "releases together amount to (Andrew et al. 2021, Thm. 1), booked as Flower's "
+                               "RdpAccountant books fixed clipping"}
     result["cost_seconds"] = {**{k2: round(v, 3) for k2, v in fed.seconds.items()},
                               "analysis": round(time.perf_counter() - analysis_start, 3),
                               "total": round(time.perf_counter() - started, 3)}

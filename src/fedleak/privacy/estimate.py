@@ -61,9 +61,19 @@ def epsilon_two_gaussians(m1: float, s1: float, m0: float, s0: float, delta: flo
     high = 1.0
     while delta_two_gaussians(m1, s1, m0, s0, high) > delta:
         high *= 2
-        if high > 1e4:
+        if high > 512:  # e^ε overflows a float beyond ε ≈ 709: the fitted pair is as good as not private
             return math.inf
     return float(brentq(lambda e: delta_two_gaussians(m1, s1, m0, s0, e) - delta, 0.0, high, xtol=1e-8))
+
+
+def _separate(m1: float, s1: float, m0: float, s0: float, delta: float) -> float:
+    """:func:`epsilon_two_gaussians`, with a degenerate fit (an sd at float resolution of the spread, e.g. canaries
+    that saw no noise) read as what it is: a point mass beside anything else is not private (∞); two equal point
+    masses are (0)."""
+    floor = 1e-12 * max(1.0, abs(m1), abs(m0))
+    if min(s1, s0) <= floor:
+        return 0.0 if max(s1, s0) <= floor and abs(m1 - m0) <= floor else math.inf
+    return epsilon_two_gaussians(m1, s1, m0, s0, delta)
 
 
 def estimate(scores, included, delta: float, null_sd=None) -> dict:
@@ -82,7 +92,7 @@ def estimate(scores, included, delta: float, null_sd=None) -> dict:
     out = {"seen": {"count": int(seen.size), "mean": m1, "sd": s1},
            "unseen": {"count": int(unseen.size), "mean": m0, "sd": s0},
            "mu": mu, "epsilon": epsilon_of(max(mu, 0.0), delta),
-           "epsilon_separate_variances": epsilon_two_gaussians(m1, max(s1, 1e-300), m0, max(s0, 1e-300), delta)}
+           "epsilon_separate_variances": _separate(m1, s1, m0, s0, delta)}
     if null_sd is not None:
         out["null_sd_closed_form"] = float(null_sd)
     return out

@@ -1,4 +1,4 @@
-"""A simulated DP-FedAvg federation with canary clients (client-level DP, fixed clipping).
+"""A simulated DP-FedAvg federation with canary clients (client-level DP, fixed or adaptive clipping).
 
 The mechanism is Flower's central DP with fixed clipping (``DifferentialPrivacyServerSideFixedClipping``;
 ``…ClientSideFixedClipping`` with the ``fixedclipping_mod`` on every client; McMahan et al., "Learning
@@ -8,6 +8,14 @@ its weight change Δ is clipped to L2 norm C, the server sums the clipped change
 averages; the global model moves by that average (server learning rate 1). Canary clients
 (:mod:`.canaries`, Andrew et al. ICLR 2024) send the same direction every round and pass through the
 same clipping; the included ones are summed in every round.
+
+Adaptive clipping (``adaptive=1``: Flower's ``DifferentialPrivacyServerSideAdaptiveClipping`` / the client-side pair
+with ``adaptiveclipping_mod``; Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with Adaptive
+Clipping", NeurIPS 2021, Alg. 1) as flwr 1.42 runs it: round t clips at C_t, counts the updates whose norm
+exceeded C_t (Flower's norm bit), releases the count with N(0, σ_b²), adds N(0, (σ_Δ C_t)²) to the sum
+(:func:`adaptive_noise`) and moves C_{t+1} = C_t·exp(−η_C(noisy clipped fraction − γ)). The canaries follow the
+clip norm (raw norm C_t or s·C_t in round t, as Andrew et al. ICLR 2024 scale canaries to the current clip
+norm); those above it count as clipped.
 
 Faults (to show what the audit detects; none by default): ``noise=F`` — the noise actually added is F
 times the claimed σ; ``no-dp=3,7`` — clients 3 and 7 run without the client-side clipping (their
@@ -79,13 +87,20 @@ class Fault:
                 "clip_after_noise": self.clip_after_noise}
 
 
+#: Flower's adaptive-clipping defaults (``DifferentialPrivacy…AdaptiveClipping``, flwr 1.42): target quantile γ,
+#: clip-norm learning rate η_C; the clipped-count noise σ_b defaults to (sampled clients)/20
+TARGET_QUANTILE, CLIP_NORM_LR = 0.5, 0.2
+
+
 @dataclass(frozen=True)
 class DPSetting:
-    """The claimed client-level DP: noise multiplier σ, clip norm C, rounds T (every client every round)."""
+    """The claimed client-level DP: noise multiplier σ, clip norm C (the initial one when ``adaptive``), rounds T
+    (every client every round)."""
 
     noise: float
     clip: float
     rounds: int
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
         for name, value in (("noise multiplier σ", self.noise), ("clip norm C", self.clip)):
@@ -106,6 +121,19 @@ class FederationResult:
     dim: int
     seconds: dict = field(default_factory=dict)
     model_change: float = 0.0
+    clip_norms: list = field(default_factory=list)  # C_t of every round (constant without adaptive clipping)
+    adaptive: dict = field(default_factory=dict)  # σ_b and σ_Δ of adaptive clipping (Flower's split of σ)
+
+
+def adaptive_noise(noise: float, sampled: int) -> tuple[float, float]:
+    """(σ_b, σ_Δ): Flower's ``compute_adaptive_noise_params`` (Andrew et al. 2021, Thm. 1): the clipped count gets
+    N(0, σ_b²) with σ_b = sampled/20, the update N(0, (σ_Δ C_t)²) with σ_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2), so that
+    the two releases together cost what one Gaussian release of multiplier σ does."""
+    count_sd = sampled / 20
+    if noise >= 2 * count_sd:
+        raise FedleakError(f"--defense: adaptive clipping needs σ < 2·σ_b = {2 * count_sd:g} (Flower's clipped-count "
+                           f"noise σ_b = clients/20 with {sampled} clients and canaries), got σ = {noise:g}")
+    return count_sd, (noise ** -2 - (2 * count_sd) ** -2) ** -0.5
 
 
 def _flat(params: dict) -> torch.Tensor:
@@ -152,24 +180,36 @@ def run_federation(model, clients, protocol: Protocol, dp: DPSetting, canaries: 
     noise_gen = torch.Generator().manual_seed(int(np.random.SeedSequence([int(seed), 2]).generate_state(1)[0]))
     aggregates = torch.empty(dp.rounds, d)
     current = dict(params)
+    sampled = k_clients + m_in
+    count_sd, update_noise = adaptive_noise(dp.noise, sampled) if dp.adaptive else (0.0, dp.noise)
+    # canaries above the clip norm are clipped every round (Flower's norm bit: scaling factor < 1)
+    canaries_clipped = int((included & (canaries.raw_norm(np.arange(canaries.count)) > 1)).sum())
+    c_t, clip_norms = c, []
     for t in range(dp.rounds):
-        total = canary_sum.clone()
+        clip_norms.append(c_t)
+        total = canary_sum * (c_t / c)  # adaptive clipping: the canaries follow the round's clip norm (Andrew et al.)
+        clipped = canaries_clipped
         for k, data in enumerate(clients):
             update = client_update(model, data, protocol, seed=int(seed) * 100_003 + t * 1_009 + k,
                                    params=current, buffers=buffers)
             delta = _flat(update.final_params()) - _flat(current)
+            clipped += int(float(delta.norm()) > c_t)
             if not (fault.clip_after_noise or k in unclipped_nodes):
-                delta = _clip(delta, c)
+                delta = _clip(delta, c_t)
             total += delta
-        noise = torch.randn(d, generator=noise_gen) * (fault.noise_factor * dp.noise * c)
+        noise = torch.randn(d, generator=noise_gen) * (fault.noise_factor * update_noise * c_t)
         noisy = total + noise
         if fault.clip_after_noise:
-            noisy = _clip(noisy, c * (k_clients + m_in))
-        aggregate = noisy / (k_clients + m_in)
+            noisy = _clip(noisy, c_t * sampled)
+        aggregate = noisy / sampled
         aggregates[t] = aggregate
         current = _unflat(_flat(current) + aggregate, current)
+        if dp.adaptive:  # Flower's geometric update from the noisy clipped fraction (dp_adaptive_clipping.py)
+            fraction = (clipped + count_sd * float(torch.randn(1, generator=noise_gen))) / sampled
+            c_t *= math.exp(-CLIP_NORM_LR * (fraction - TARGET_QUANTILE))
         if log:
-            log(f"round {t + 1}/{dp.rounds}: {k_clients} clients + {m_in} canaries aggregated")
+            log(f"round {t + 1}/{dp.rounds}: {k_clients} clients + {m_in} canaries aggregated"
+                + (f", clip norm {c_t:.4g} next" if dp.adaptive else ""))
     t_rounds = time.perf_counter()
     final = _flat(current) - theta0
     unit = aggregates / aggregates.norm(dim=1, keepdim=True).clamp_min(1e-30)
@@ -185,4 +225,6 @@ def run_federation(model, clients, protocol: Protocol, dp: DPSetting, canaries: 
     return FederationResult(included, {"all-iterates": scores_all, "final-model": scores_final},
                             canaries.raw_norm(np.arange(canaries.count)), canaries.node(np.arange(canaries.count)), d,
                             {"canaries": t_canaries - start_time, "rounds": t_rounds - t_canaries,
-                             "scoring": end - t_rounds}, float(final.norm()))
+                             "scoring": end - t_rounds}, float(final.norm()), clip_norms,
+                            {"clipped_count_stddev": count_sd, "update_noise_multiplier": update_noise}
+                            if dp.adaptive else {})

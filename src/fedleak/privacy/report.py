@@ -19,6 +19,8 @@ def _fmt(x) -> str:
         return "n/a"
     if isinstance(x, float) and math.isinf(x):
         return "∞"
+    if x > 1000:  # a fit of perfectly separated canaries: the digits mean nothing
+        return "> 1000"
     return f"{x:.2f}"
 
 
@@ -47,6 +49,30 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
+def sgd_summary_lines(result: dict) -> list[str]:
+    """The example-level audit's sentences (:mod:`.sgd_audit`): proved, estimated, claimed by Opacus, findings."""
+    acc, s = result["epsilon_accountant"], result["setting"]
+    lower = result["lower_bounds"][result["threat"]]
+    low, est, delta = result["epsilon_lower"], result["epsilon_estimate"], result["delta"]
+    claim = acc.get("opacus_prv") or acc.get("opacus_rdp")
+    analysis = ("f-DP, Gaussian family: exact without subsampling" if s["sample_rate"] == 1 else
+                f"(ε, δ)-DP analysis of Steinke et al.; under a Gaussian curve it would be {_fmt(lower['epsilon_gdp'])}")
+    lines = [
+        f"Proved (95 % confidence, one-run audit of {result['canaries']} gradient canaries, {result['threat']} "
+        f"threat): this client's DP-SGD is not ({_fmt(low)}, {delta:g})-DP for its examples [{analysis}].",
+        f"Estimated (Gaussian fit to the canary statistics, Andrew et al.): ε ≈ {_fmt(est)} at δ = {delta:g}.",
+        f"Claimed by Opacus for σ = {s['noise']:g}, q = {s['sample_rate']:.3g}, {result['steps']} steps: "
+        f"ε = {_fmt(acc.get('opacus_prv'))} (PRV), {_fmt(acc.get('opacus_rdp'))} (RDP)"
+        + (f", {_fmt(acc['gdp_exact'])} (exact GDP)." if acc.get("gdp_exact") is not None else "."),
+    ]
+    if claim and low is not None and math.isfinite(claim) and claim > 0 and math.isfinite(low):
+        which = "PRV" if acc.get("opacus_prv") else "RDP"
+        lines.append(f"The proved loss is {low / claim:.0%} of Opacus's {which} ε"
+                     + (f"; the estimate is {est / claim:.0%} of it." if math.isfinite(est) and est < 1000 else "."))
+    lines.extend(result["misconfiguration"]["findings"])
+    return lines
+
+
 def plot(result: dict, scores: dict, included: np.ndarray, path: Path) -> None:
     """Histograms of the canary statistics (seen, unseen) beside the null N(0, 1) and the claimed μ-GDP's N(μ, 1)."""
     import matplotlib
@@ -55,21 +81,24 @@ def plot(result: dict, scores: dict, included: np.ndarray, path: Path) -> None:
     import matplotlib.pyplot as plt
     from scipy.stats import norm
 
+    mu_claim = result["misconfiguration"]["mu_claimed"]
+    if mu_claim is None and result.get("level") == "example":  # LLR statistics (q < 1): no closed-form null curve
+        scores = {t: v for t, v in scores.items() if t == "final-model"}
     threats = list(scores)
     fig, axes = plt.subplots(1, len(threats), figsize=(5.2 * len(threats), 3.6), squeeze=False)
-    mu_claim = result["misconfiguration"]["mu_claimed"]
     for ax, threat in zip(axes[0], threats):
         s = scores[threat]
-        low, high = min(s.min(), -4.0), max(s.max(), mu_claim + 4.0)
+        low, high = min(s.min(), -4.0), max(s.max(), (mu_claim or 0.0) + 4.0)
         bins = np.linspace(low, high, 50)
         ax.hist(s[~included], bins=bins, density=True, alpha=0.55, label="canaries not inserted")
         ax.hist(s[included], bins=bins, density=True, alpha=0.55, label="canaries inserted")
         x = np.linspace(low, high, 400)
         ax.plot(x, norm.pdf(x), "k--", lw=1, label="null N(0, 1)")
-        eps = result["epsilon_accountant"].get("opacus_prv") or result["epsilon_accountant"]["gdp_exact"]
-        ax.plot(x, norm.pdf(x, mu_claim), "r-", lw=1.2, label=f"accountant: N(μ={mu_claim:.2f}, 1), ε={eps:.2f}")
+        eps = result["epsilon_accountant"].get("opacus_prv") or result["epsilon_accountant"].get("gdp_exact") or math.nan
+        if mu_claim is not None:  # a Gaussian claim (q = 1); a subsampled DP-SGD claim has no such curve
+            ax.plot(x, norm.pdf(x, mu_claim), "r-", lw=1.2, label=f"accountant: N(μ={mu_claim:.2f}, 1), ε={eps:.2f}")
         lb = result["lower_bounds"][threat]
-        ax.set_title(f"{threat}: proved ε ≥ {lb['epsilon_gdp']:.2f}, "
+        ax.set_title(f"{threat}: proved ε ≥ {lb.get('epsilon', lb['epsilon_gdp']):.2f}, "
                      f"estimated {result['estimates'][threat]['epsilon']:.2f}", fontsize=9)
         ax.set_xlabel("canary statistic (null standard deviations)")
         ax.legend(fontsize=7)

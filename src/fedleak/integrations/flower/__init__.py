@@ -7,6 +7,9 @@ One job per module:
 * :mod:`.audit` — :class:`LeakageAudit`, a Message-API strategy (``flwr.serverapp.strategy``)
   wrapping any other: records every client's reply, attacks it in a worker pool, appends scores
   to ``OUT/leakage.jsonl``; ``ship=`` makes it a malicious server.
+* :mod:`.canary` — :class:`CanaryAudit`, a Message-API strategy adding Andrew et al.'s canary clients to the
+  aggregation of a real Flower strategy (a DP wrapper) and reporting both threats' one-run bounds and estimates
+  beside Flower's accountant ε (``fedleak dp-audit``'s question, live).
 * :mod:`.scoring` — the per-reply attack job and its scores (attacker-side, and against the true
   batch in evaluation mode).
 * :mod:`.dashboard` — ``OUT/dashboard.html``: leakage per client per round, latest reconstructions.
@@ -34,10 +37,11 @@ __all__ = ["CONFIG_ALIASES", "FLOWER_AVAILABLE", "KEYS", "LeakageRecorder", "mod
 
 try:  # the Message API (flwr >= 1.20)
     from .audit import LeakageAudit
+    from .canary import CanaryAudit
     from .client import TRUTH_KEY, inspector_mod, node_settings, share_truth
     from .grid import InlineGrid, run_inline
 
-    __all__ += ["LeakageAudit", "TRUTH_KEY", "inspector_mod", "node_settings", "share_truth", "InlineGrid",
+    __all__ += ["CanaryAudit", "LeakageAudit", "TRUTH_KEY", "inspector_mod", "node_settings", "share_truth", "InlineGrid",
                 "run_inline"]
 except ImportError:  # pragma: no cover - flwr absent or too old
     pass
