@@ -74,6 +74,14 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given."""
     from ..types import Protocol
 
+    import os
+
+    from ..config.boundary import api_arguments
+
+    api_arguments("dp_audit", defense=(defense, (str, list, tuple), "a spec like flower-central-dp:noise=1,clip=1,clients=10"),
+                  model=(model, str, "a model name"), data=(data, str, "a dataset name"),
+                  out=(out, (str, os.PathLike, type(None)), "a folder path or None"), plot=(plot, bool, "true or false"),
+                  fault=(fault, (str, list, tuple), "a list of fault specs"))
     started = time.perf_counter()
     rounds = _positive("--rounds", rounds, integer=True, upper=100_000)
     m = _positive("--canaries", canaries, integer=True, upper=MAX_CANARIES)
