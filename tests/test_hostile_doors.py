@@ -384,3 +384,51 @@ def test_report_of_an_edited_run_folder(name, edit, needle, tmp_path, capsys):
     edit(run)
     problem = check_cli(["report", "run"], needle, tmp_path, capsys)
     assert not problem, problem
+
+
+# -- model folders given to --model (checked by models.check before any data is read) ------------------------
+def _folder(tmp, name, config=None, weights=None):
+    from safetensors.torch import save_file
+
+    folder = tmp / name
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_text(config) if isinstance(config, str) else (folder / "config.json").write_bytes(config)
+    if weights == "ok":
+        save_file({"w": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
+    elif weights == "int8":
+        save_file({"w": torch.zeros(2, 2, dtype=torch.int8)}, str(folder / "model.safetensors"))
+    elif isinstance(weights, bytes):
+        (folder / "model.safetensors").write_bytes(weights)
+    elif weights == "bin":
+        (folder / "pytorch_model.bin").write_bytes(b"\x80\x02}q\x00.")
+    return name
+
+
+GPT2 = '{"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2}'
+FOLDER_CASES = [
+    ("no config", dict(weights="ok"), "config.json"),
+    ("config NaN", dict(config='{"model_type": "gpt2", "n_embd": NaN}', weights="ok"), "NaN"),
+    ("config deep", dict(config="[" * 60_000 + "]" * 60_000, weights="ok"), "config.json"),
+    ("config a list", dict(config="[1]", weights="ok"), "config.json"),
+    ("config not UTF-8", dict(config=b"\xff\xfe{}", weights="ok"), "config.json"),
+    ("remote code", dict(config='{"model_type": "gpt2", "auto_map": {"AutoModel": "x.Y"}}', weights="ok"),
+     "remote code"),
+    ("unknown architecture", dict(config='{"model_type": "no-such-arch"}', weights="ok"), "no-such-arch"),
+    ("no weights", dict(config=GPT2), "safetensors"),
+    ("pickled weights only", dict(config=GPT2, weights="bin"), "pickles"),
+    ("empty weights", dict(config=GPT2, weights=b""), "model.safetensors"),
+    ("2^62 header", dict(config=GPT2, weights=struct.pack("<Q", 2 ** 62) + b"{}"), "model.safetensors"),
+    ("integer weights", dict(config=GPT2, weights="int8"), "floating point"),
+]
+
+
+def test_model_folders_at_the_cli(tmp_path, capsys):
+    failures = []
+    for index, (name, parts, needle) in enumerate(FOLDER_CASES):
+        folder = _folder(tmp_path, f"m{index}", **parts)
+        problem = check_cli(["audit", "--model", folder, "--data", "text", "--out", "out"], needle, tmp_path,
+                            capsys, out=tmp_path / "out")
+        if problem:
+            failures.append(f"{name}: {problem}")
+    assert not failures, "\n".join(failures)
