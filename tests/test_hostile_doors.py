@@ -157,12 +157,18 @@ EXPERIMENT_YAML = [
     ("model: {name: lenet, train_protocol: {lr: 0}}", "train_protocol.lr"),
     ("data: {dataset: digits, num_clients: 1.0e+6}", "num_clients"),
     ("metrics: {lpips: 5}", "lpips"),
+    ("data: {dataset: digits, options: {root: x}}", "data.options"),
+    ("data: {dataset: digits, options: {num_clients: 3}}", "data.options"),
+    ("model: {name: lenet, options: {seed: 1}}", "model.options"),
+    ("model: {name: no-such-model}", "no-such-model"),
+    ("settings: [{name: a, model: {name: missing.gguf}}]", "missing.gguf"),
 ]
 
 
 @pytest.mark.parametrize("line, needle", EXPERIMENT_YAML, ids=[c[0][:40] for c in EXPERIMENT_YAML])
 def test_experiment_files(line, needle, tmp_path, capsys):
-    base = {"data": "data: {dataset: digits}", "model": "model: {name: lenet}", "variants": "variants: {ig: ig}"}
+    base = {"data": "data: {dataset: digits}", "model": "model: {name: lenet}",
+            "variants": "variants: {ig: inverting-gradients}"}
     key = line.split(":")[0]
     text = "\n".join([line] + [v for k, v in base.items() if k != key]) + "\n"
     (tmp_path / "e.yaml").write_text(text)

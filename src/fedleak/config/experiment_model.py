@@ -70,6 +70,25 @@ def _bool_or_name(value):
     raise ValueError("must be true, false or a network name")
 
 
+def _options_beside(reserved: tuple):
+    """An ``options:`` mapping whose keys are names, none of them a key the section passes itself (``data.options.root``
+    would reach the loader twice: ``TypeError: got multiple values for keyword argument``)."""
+    def check(value):
+        if value is None:
+            return value
+        for key in value:
+            if not isinstance(key, str) or not key.strip():
+                raise ValueError(f"keys must be option names, got {key!r}")
+            if key in reserved:
+                raise ValueError(f"{key!r} is not an option here: give it as a key of the section itself")
+        return value
+    return Annotated[Optional[dict], AfterValidator(check)]
+
+
+#: the keyword arguments ``fedleak.data.load`` and ``fedleak.models.build`` take besides a section's options
+_DATA_OPTIONS = _options_beside(("name", "root", "num_clients", "samples_per_client", "seed", "split"))
+_MODEL_OPTIONS = _options_beside(("name", "spec", "seed"))
+
 _NAME = Annotated[str, Field(strict=True, min_length=1, max_length=10_000), BeforeValidator(_no_nul)]
 #: a name that YAML may have read as a number
 _KEY = Annotated[str, Field(strict=True, min_length=1, max_length=10_000), BeforeValidator(_no_nul),
@@ -95,7 +114,7 @@ class DataSection(_Strict):
     samples_per_client: Optional[_count(1, MAX_SAMPLES)] = None
     seed: _SEED = None
     split: Literal[SPLITS] = None
-    options: Optional[dict] = None
+    options: _DATA_OPTIONS = None
     first_client: _count(0, MAX_CLIENTS - 1) = None
 
 
@@ -111,7 +130,7 @@ class ProtocolSection(_Strict):
 class ModelSection(_Strict):
     name: _NAME = None
     seed: _SEED = None
-    options: Optional[dict] = None
+    options: _MODEL_OPTIONS = None
     train_rounds: _count(0, MAX_ROUNDS) = None
     train_clients_per_round: _count(1, MAX_CLIENTS) = None
     train_protocol: Optional[ProtocolSection] = None

@@ -143,6 +143,16 @@ class Runner:
             self._model_cache[key] = model.to(device=self.device, dtype=self.dtype)
         return self._model_cache[key]
 
+    def check_names(self) -> None:
+        """Every job's dataset and model name (zoo name, model folder, GGUF file) checked before any data is read."""
+        from ..data.registry import canonical
+
+        for setting in self.config.settings:
+            for variant in self.config.variants:
+                sections = self.config.resolve(setting, variant)
+                canonical(sections["data"]["dataset"])
+                models.check(sections["model"]["name"])
+
     # -- planning -----------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
         check_distinct([s.name for s in self.config.settings], "setting")
@@ -191,6 +201,7 @@ class Runner:
     def _run_locked(self) -> dict:
         for variant in self.config.variants:  # validate every variant's options before the first job
             attacks.build(variant.attack, **variant.options)
+        self.check_names()
         planned = self.plan()
         stamp = config_hash(self.config)
         previous = _previous_hash(self.out)
