@@ -108,6 +108,13 @@ FLAG_CASES = [
     (["dp-audit", "--fault", "bogus"], "--fault"), (["dp-audit", "--fault", "noise=nan"], "noise"),
     (["dp-audit", "--clients", "0"], "--clients"), (["dp-audit", "--samples", "0"], "--samples"),
     (["dp-audit", "--lr", "0"], "lr"), (["dp-audit", "--epochs", "2.5"], "--epochs"),
+    # special files: devices and folders where a file is expected (never read to the end of /dev/zero)
+    (["audit", "--config", "/dev/zero"], "/dev/zero"), (["audit", "--config", "."], "audit config"),
+    (["attack", "/dev/null", "--out", "rec"], "/dev/null"), (["report", "/dev/null"], "/dev/null"),
+    (["convert-gguf", "/dev/zero", "--to", "conv"], "/dev/zero"), (["inspect", "/dev/zero"], "/dev/zero"),
+    (["audit", "--weights", "/dev/zero"], "/dev/zero"), (["audit", "--data", "text", "--model", "gpt2-tiny", "--candidates", "/dev/zero"], "/dev/zero"),
+    (["run", "/dev/zero"], "/dev/zero"),
+    (["--threads", "1000000000", "audit"], "--threads"), (["--threads", "abc", "audit"], "--threads"),
     # report / inspect / convert-gguf on what is not there
     (["report", "no-such-run"], "no-such-run"), (["inspect", "no-such.safetensors"], "no-such.safetensors"),
     (["inspect", "m.safetensors", "--model", "no-such-net"], "no-such-net"),
