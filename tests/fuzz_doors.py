@@ -9,7 +9,6 @@ written outside the temporary folder; work replaced by the :class:`fuzz_targets.
 from __future__ import annotations
 
 import contextlib
-import struct
 import tempfile
 from pathlib import Path
 
@@ -190,4 +189,4 @@ def run_door(name: str, max_examples: int, **kwargs) -> int:
     return run_target(name, max_examples, targets=TARGETS, **kwargs)
 
 
-__all__ = ["FILE_SEEDS", "TARGETS", "run_door", "struct"]
+__all__ = ["FILE_SEEDS", "TARGETS", "run_door"]

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 
+import pytest
+
+import fedleak
 from fedleak.errors import FedleakError
 
 
@@ -128,3 +132,23 @@ def tripwires(monkeypatch):
                 monkeypatch.setattr(mod, name, reached)
     monkeypatch.setattr(fl, "client_update", reached)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _guarded(monkeypatch):
+    """Every case of the catalogue runs with the tripwires in place."""
+    with tripwires(monkeypatch):
+        yield
+
+
+@pytest.fixture(scope="module")
+def update_dir(tmp_path_factory):
+    """A real saved update (digits, 2 samples, femnist-cnn) with its truth, made once."""
+    folder = tmp_path_factory.mktemp("upd") / "u"
+    fedleak.simulate_update(folder, data="digits", samples=2, algorithm="fedsgd", say=lambda *_: None)
+    return folder
+
+
+def copy_folder(src, dst):
+    shutil.copytree(src, dst)
+    return dst

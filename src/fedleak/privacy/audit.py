@@ -81,7 +81,10 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     api_arguments("dp_audit", defense=(defense, (str, list, tuple), "a spec like flower-central-dp:noise=1,clip=1,clients=10"),
                   model=(model, str, "a model name"), data=(data, str, "a dataset name"),
                   out=(out, (str, os.PathLike, type(None)), "a folder path or None"), plot=(plot, bool, "true or false"),
-                  fault=(fault, (str, list, tuple), "a list of fault specs"))
+                  fault=(fault, (str, list, tuple), "a list of fault specs"),
+                  clients=(clients, (int, type(None)), "a number of clients or None"),
+                  canary_scale=(canary_scale, (int, float), "a number"), model_seed=(model_seed, int, "a seed"),
+                  threat=(threat, str, "all-iterates or final-model"))
     started = time.perf_counter()
     rounds = _positive("--rounds", rounds, integer=True, upper=100_000)
     m = _positive("--canaries", canaries, integer=True, upper=MAX_CANARIES)
