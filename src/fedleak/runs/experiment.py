@@ -199,8 +199,11 @@ class Runner:
             return self._run_locked()
 
     def _run_locked(self) -> dict:
+        quick = (self.config.quick or {}).get("variant_options") or {}
         for variant in self.config.variants:  # validate every variant's options before the first job
             attacks.build(variant.attack, **variant.options)
+            if quick:  # and with quick's, so that a file whose --quick would fail is refused either way
+                attacks.build(variant.attack, **{**variant.options, **quick})
         self.check_names()
         planned = self.plan()
         stamp = config_hash(self.config)
