@@ -45,8 +45,8 @@ def _edit_json(path, edit):
 def test_saved_update_files(name, edit, needle, update_dir, tmp_path, capsys):
     folder = copy_folder(update_dir, tmp_path / "u")
     edit(folder)
-    problem = check_cli(["attack", "u", "--attack", "inverting-gradients", "--option", "iterations=1", "--out", "rec"], needle,
-                        tmp_path, capsys, out=tmp_path / "rec")
+    argv = ["attack", "u", "--attack", "inverting-gradients", "--option", "iterations=1", "--out", "rec"]
+    problem = check_cli(argv, needle, tmp_path, capsys, out=tmp_path / "rec")
     assert not problem, problem
 
 
@@ -55,8 +55,8 @@ def test_attack_option_values(update_dir, tmp_path, capsys):
     for option, needle in [("iterations=nan", "iterations"), ("iterations=1e400", "iterations"),
                            ("iterations=2.5", "iterations"), ("lr=-1", "lr"), ("nope=1", "nope"),
                            ("iterations=[1,2]", "iterations"), ("seed=-1", "seed")]:
-        problem = check_cli(["attack", str(update_dir), "--attack", "inverting-gradients", "--option", option, "--out", "rec"],
-                            needle, tmp_path, capsys, out=tmp_path / "rec")
+        argv = ["attack", str(update_dir), "--attack", "inverting-gradients", "--option", option, "--out", "rec"]
+        problem = check_cli(argv, needle, tmp_path, capsys, out=tmp_path / "rec")
         if problem:
             failures.append(f"{option}: {problem}")
     assert not failures, "\n".join(failures)
@@ -177,7 +177,8 @@ def _folder(tmp, name, config=None, weights=None):
     folder = tmp / name
     folder.mkdir()
     if config is not None:
-        (folder / "config.json").write_text(config) if isinstance(config, str) else (folder / "config.json").write_bytes(config)
+        path = folder / "config.json"
+        path.write_text(config) if isinstance(config, str) else path.write_bytes(config)
     if weights == "ok":
         save_file({"w": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
     elif weights == "int8":

@@ -77,7 +77,8 @@ def _simulate_checks(out, *, data, split, client, samples, model, model_seed, al
                   data=(data, str, "a dataset name"), split=(split, str, "'train' or 'test'"),
                   client=(client, int, "a client index"), samples=(samples, int, "a number of samples"),
                   model=(model, str, "a model name"), model_seed=(model_seed, int, "an integer seed"),
-                  static_batches=(static_batches, bool, "true or false"), save_truth=(save_truth, bool, "true or false"),
+                  static_batches=(static_batches, bool, "true or false"),
+                  save_truth=(save_truth, bool, "true or false"),
                   seed=(seed, int, "an integer seed"))
     if not 1 <= samples <= MAX_SAMPLES:
         raise FedleakError(f"--samples must be from 1 to {MAX_SAMPLES}, got {samples}")

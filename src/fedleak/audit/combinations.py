@@ -1,9 +1,9 @@
 """Option combinations of an audit that cannot work, refused when the config is made (before any work).
 
 A knob the audit would not turn — ``--lora``, ``--lora-warmup``, ``--seq-len``, ``--text-field``,
-``--label-field``, ``--dropout``, ``--lora-dropout``, ``--flowertune``, ``--membership``, ``--candidates`` or
-``--sweep lora=…`` on images — would label a report with a setting that changed
-nothing; an image attack named for a text audit (or a text attack for images) would fail deep inside
+``--label-field``, ``--dropout``, ``--lora-dropout``, ``--flowertune``, ``--membership``, ``--candidates``
+or ``--sweep lora=…`` on images — would label a report with a setting that changed nothing; an image
+attack named for a text audit (or a text attack for images) would fail deep inside
 the attack (``KeyError: 'hf.lm_head.weight'``). Both are one :class:`~fedleak.errors.FedleakError` line.
 """
 
@@ -27,7 +27,7 @@ def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
     from .model_loading import check_model
     from .text import is_text
 
-    check_model(cfg.model, cfg.weights, load=False)  # the model's own checks (name, folder, GGUF, factory) before any data
+    check_model(cfg.model, cfg.weights, load=False)  # name, folder, GGUF, factory, weights: before any data
     text = is_text(cfg.data)
     if not text:
         given = [k for k, unset in TEXT_ONLY.items() if getattr(cfg, k) != unset]

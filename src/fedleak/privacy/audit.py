@@ -72,15 +72,16 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
              threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True) -> dict:
     """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given."""
-    from ..types import Protocol
-
     import os
 
     from ..config.boundary import api_arguments
+    from ..types import Protocol
 
-    api_arguments("dp_audit", defense=(defense, (str, list, tuple), "a spec like flower-central-dp:noise=1,clip=1,clients=10"),
+    api_arguments("dp_audit",
+                  defense=(defense, (str, list, tuple), "a flower-central-dp:noise=σ,clip=C,clients=K spec"),
                   model=(model, str, "a model name"), data=(data, str, "a dataset name"),
-                  out=(out, (str, os.PathLike, type(None)), "a folder path or None"), plot=(plot, bool, "true or false"),
+                  out=(out, (str, os.PathLike, type(None)), "a folder path or None"),
+                  plot=(plot, bool, "true or false"),
                   fault=(fault, (str, list, tuple), "a list of fault specs"),
                   clients=(clients, (int, type(None)), "a number of clients or None"),
                   canary_scale=(canary_scale, (int, float), "a number"), model_seed=(model_seed, int, "a seed"),
