@@ -1,6 +1,7 @@
 """Fuzz targets of the doors ``fuzz_targets.py`` does not reach (issue #30): the dp-audit and convert-gguf
 commands and the audit's text-only flags, every public Python function besides ``fedleak.audit``
-(``simulate_update``, ``attack_update``, ``client_update``, ``Update.load``, ``LeakageAudit``, ``dp_audit``,
+(``simulate_update``, ``attack_update``, ``client_update``, ``Update.load``, ``LeakageAudit``,
+``LeakageRecorder``, ``dp_audit``,
 ``Protocol``, ``Defense``), GGUF files, candidate-document files and a run's ``config.json`` read back by
 ``fedleak report``. The contract is the same: a value, or one :class:`~fedleak.FedleakError` line; nothing
 written outside the temporary folder; work replaced by the :class:`fuzz_targets.Reached` sentinel.
@@ -62,6 +63,7 @@ FUNCTIONS = {
     "client_update": ["model", "client", "protocol", "seed", "defense", "metadata"],
     "Update.load": ["directory"],
     "LeakageAudit": ["strategy", "model", "attack", "attack_options", "workers", "protocol", "guard", "blocking"],
+    "LeakageRecorder": ["strategy", "model", "protocol", "keys", "attack_options", "clients"],
     "dp_audit": ["defense", "canaries", "canary_scale", "rounds", "clients", "samples", "delta", "threat", "fault",
                  "seed", "model", "lr"],
     "Protocol": ["algorithm", "epochs", "batch_size", "lr", "reshuffle", "train_mode"],
@@ -111,6 +113,13 @@ def _call(name: str, kwargs: dict, tmp: Path):
 
         args = {"strategy": FedAvg(), "model": torch.nn.Linear(2, 2), "attack": None, **kwargs}
         return LeakageAudit(args.pop("strategy"), args.pop("model"), tmp / "out", **args)
+    if name == "LeakageRecorder":
+        from flwr.server.strategy import FedAvg as LegacyFedAvg
+
+        from fedleak.integrations.flower import LeakageRecorder
+
+        args = {"strategy": LegacyFedAvg(), "model": torch.nn.Linear(2, 2), "protocol": Protocol(), **kwargs}
+        return LeakageRecorder(args.pop("strategy"), args.pop("model"), args.pop("protocol"), tmp / "out", **args)
     if name == "dp_audit":
         return fedleak.dp_audit(**{"defense": "flower-central-dp:noise=1,clip=1,clients=4", "out": tmp / "out",
                                    "log": lambda *_: None, "plot": False, "rounds": 1, "canaries": 2, **kwargs})

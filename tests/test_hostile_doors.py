@@ -174,6 +174,18 @@ def _fedavg():
     return FedAvg()
 
 
+def _legacy_fedavg():
+    from flwr.server.strategy import FedAvg
+
+    return FedAvg()
+
+
+def _recorder(*args, **kwargs):
+    from fedleak.integrations.flower import LeakageRecorder
+
+    return LeakageRecorder(*args, **kwargs)
+
+
 def _api_cases(tmp):
     from fedleak.integrations.flower import LeakageAudit
 
@@ -218,6 +230,11 @@ def _api_cases(tmp):
         ("LeakageAudit attack_options str", lambda: LeakageAudit(_fedavg(), net, tmp / "l5", attack=None,
                                                                   attack_options="x"), "attack_options"),
         ("LeakageAudit guard str", lambda: LeakageAudit(_fedavg(), net, tmp / "l6", attack=None, guard="yes"), "guard"),
+        ("LeakageRecorder strategy None", lambda: _recorder(None, net, Protocol(), tmp / "r5"), "strategy"),
+        ("LeakageRecorder protocol dict", lambda: _recorder(_legacy_fedavg(), net, {}, tmp / "r6"), "protocol"),
+        ("LeakageRecorder keys 5", lambda: _recorder(_legacy_fedavg(), net, Protocol(), tmp / "r7", keys=5), "keys"),
+        ("LeakageRecorder clients 5", lambda: _recorder(_legacy_fedavg(), net, Protocol(), tmp / "r8", clients=5),
+         "clients"),
         ("Defense.parse 5", lambda: fedleak.Defense.parse(5), "defense"),
         ("Defense kind 5", lambda: fedleak.Defense(5), "defense"),
         ("Update.load a file", lambda: Update.load(__file__), "update"),
