@@ -148,6 +148,7 @@ EXPERIMENT_YAML = [
     ("data: {dataset: digits, options: {num_clients: 3}}", "data.options"),
     ("model: {name: lenet, options: {seed: 1}}", "model.options"),
     ("model: {name: no-such-model}", "no-such-model"),
+    ("model: {name: lenet, options: {foo: 1}}", "foo"),
     ("quick: {variant_options: {iterations: -1}}", "iterations"),
     ("settings: [{name: a, model: {name: missing.gguf}}]", "missing.gguf"),
 ]

@@ -144,14 +144,15 @@ class Runner:
         return self._model_cache[key]
 
     def check_names(self) -> None:
-        """Every job's dataset and model name (zoo name, model folder, GGUF file) checked before any data is read."""
+        """Every job's dataset and model (zoo name, model folder, GGUF file; the names of its options) checked
+        before any data is read."""
         from ..data.registry import canonical
 
         for setting in self.config.settings:
             for variant in self.config.variants:
                 sections = self.config.resolve(setting, variant)
                 canonical(sections["data"]["dataset"])
-                models.check(sections["model"]["name"])
+                models.check(sections["model"]["name"], sections["model"].get("options"))
 
     # -- planning -----------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
