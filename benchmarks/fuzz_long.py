@@ -1,4 +1,4 @@
-"""The long fuzz run: every target of ``tests/fuzz_targets.py`` (the CLI, the config loaders, the
+"""The long fuzz run: every target of ``tests/fuzz_targets.py`` and ``tests/fuzz_doors.py`` (the CLI, the config loaders, the
 Python API, the Flower reply converter, every file loader) with a larger hypothesis budget and a
 fixed seed, recording how many generated cases ran and what failed.
 
@@ -37,16 +37,18 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
+    from fuzz_doors import TARGETS as DOOR_TARGETS
     from fuzz_targets import TARGETS, run_target
 
-    names = [n for n in TARGETS if not args.only or n in args.only.split(",")]
+    every = {**TARGETS, **DOOR_TARGETS}  # the doors of tests/fuzz_doors.py too (dp-audit, the API, GGUF, ...)
+    names = [n for n in every if not args.only or n in args.only.split(",")]
     results, started = {}, time.time()
     for name in names:
-        budget = args.examples // 2 if name in ("cli", "api") else args.examples
+        budget = args.examples // 2 if name in ("cli", "api", "cli-more", "api-doors") else args.examples
         t0 = time.time()
         entry = {"budget": budget}
         try:
-            entry["cases"] = run_target(name, budget, derandomize=False, seed=args.seed)
+            entry["cases"] = run_target(name, budget, derandomize=False, seed=args.seed, targets=every)
             entry["failure"] = None
         except BaseException as exc:  # noqa: BLE001 - a finding is recorded, the run goes on
             if isinstance(exc, KeyboardInterrupt):

@@ -354,9 +354,10 @@ TARGETS = {
 }
 
 
-def run_target(name: str, max_examples: int, derandomize: bool = True, seed: int = 0) -> int:
-    """Run target ``name`` for ``max_examples`` generated inputs; returns how many ran (raises on a failure)."""
-    strategy, check = TARGETS[name]
+def run_target(name: str, max_examples: int, derandomize: bool = True, seed: int = 0, targets=None) -> int:
+    """Run target ``name`` (of ``targets``, default :data:`TARGETS`) for ``max_examples`` generated inputs;
+    returns how many ran (raises on a failure)."""
+    strategy, check = (targets or TARGETS)[name]
     count = [0]
 
     def counted(value):

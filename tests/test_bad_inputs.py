@@ -294,7 +294,7 @@ CONFIG_CASES = [
     ("setting-data", lambda c: c.update(settings=[{"name": "a", "data": {"num_clients": "many"}}]),
      "data.num_clients"),
     ("setting-name-list", lambda c: c.update(settings=[{"name": [1]}]), "name"),
-    ("quick-data", _edit("quick.data", {"num_clients": "abc"}), "quick: data.num_clients"),
+    ("quick-data", _edit("quick.data", {"num_clients": "abc"}), "quick.data.num_clients"),
     ("quick-data-key", _edit("quick.data", {"clients": 2}), "clients"),
     ("quick-variants", lambda c: c["quick"].update(variants=["zzz"]), "zzz"),
     ("quick-settings", lambda c: c["quick"].update(settings=["nope"]), "nope"),

@@ -28,19 +28,21 @@ def simulate_update(out, *, data: str = "digits", data_root: Optional[str] = Non
     (safetensors + JSON) with what the server is told about labels; ``truth.safetensors`` beside it unless
     ``save_truth`` is False. Returns the folder."""
     from . import data as datasets, models
-    from .fl import Defense, client_update
+    from .fl import client_update
     from .runs.experiment import threat_metadata
-    from .types import Protocol
 
+    protocol, defended = _simulate_checks(out, data=data, split=split, client=client, samples=samples, model=model,
+                                          model_seed=model_seed, algorithm=algorithm, epochs=epochs,
+                                          batch_size=batch_size, lr=lr, static_batches=static_batches,
+                                          defense=defense, share_labels=share_labels, save_truth=save_truth, seed=seed)
     spec, clients = datasets.load(data, root=data_root, num_clients=client + 1, samples_per_client=samples,
                                   seed=seed, split=split)
     if client >= len(clients):
         raise FedleakError(f"--client {client} does not exist: the data has {len(clients)} clients")
     chosen = clients[client].to(device)
     net = models.build(model, spec, seed=model_seed).to(device)
-    protocol = Protocol(algorithm, epochs, batch_size, lr, not static_batches)
     try:
-        update = client_update(net, chosen, protocol, seed=seed, defense=Defense.parse(defense),
+        update = client_update(net, chosen, protocol, seed=seed, defense=defended,
                                metadata={"model": {"name": model, "seed": model_seed}, "spec": spec.to_json()})
     except FedleakError as exc:
         if "non-finite" not in str(exc):
@@ -57,6 +59,39 @@ def simulate_update(out, *, data: str = "digits", data_root: Optional[str] = Non
     say(f"saved {protocol.algorithm} update of client {chosen.client_id} (N={len(chosen)}, "
         f"{update.num_steps} local steps) to {folder}")
     return folder
+
+
+def _simulate_checks(out, *, data, split, client, samples, model, model_seed, algorithm, epochs, batch_size, lr,
+                     static_batches, defense, share_labels, save_truth, seed):
+    """Every argument of :func:`simulate_update` checked before any data is read: ``(Protocol, Defense)``."""
+    import os
+
+    from . import models
+    from .config.boundary import MAX_SAMPLES, api_arguments
+    from .config.experiment_model import SPLITS, THREAT_LABELS
+    from .errors import unknown_choice
+    from .fl import Defense
+    from .types import Protocol
+
+    api_arguments("simulate_update", out=(out, (str, os.PathLike), "a folder path"),
+                  data=(data, str, "a dataset name"), split=(split, str, "'train' or 'test'"),
+                  client=(client, int, "a client index"), samples=(samples, int, "a number of samples"),
+                  model=(model, str, "a model name"), model_seed=(model_seed, int, "an integer seed"),
+                  static_batches=(static_batches, bool, "true or false"),
+                  save_truth=(save_truth, bool, "true or false"),
+                  seed=(seed, int, "an integer seed"))
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise FedleakError(f"--samples must be from 1 to {MAX_SAMPLES}, got {samples}")
+    if split not in SPLITS:
+        raise unknown_choice("split", split, SPLITS)
+    if share_labels not in THREAT_LABELS:
+        raise unknown_choice("--share-labels", share_labels, THREAT_LABELS)
+    models.check(model)
+    try:
+        protocol = Protocol(algorithm, epochs, batch_size, lr, not static_batches)
+    except TypeError as exc:
+        raise FedleakError(f"simulate_update(): {exc}") from None
+    return protocol, Defense.parse(defense)
 
 
 def load_truth(directory: Path, spec, num_samples: int):
@@ -93,6 +128,15 @@ def attack_update(update_dir, out, *, attack: str = "inverting-gradients", optio
     from .types import DataSpec, Update
     from .types.params import check_update
 
+    import os
+
+    from .config.boundary import api_arguments
+
+    api_arguments("attack_update", update_dir=(update_dir, (str, os.PathLike), "a folder path"),
+                  out=(out, (str, os.PathLike), "a folder path"), attack=(attack, str, "an attack name"),
+                  options=(options, (dict, type(None)), "a mapping of option names to values or None"),
+                  model=(model, (str, type(None)), "a model name or None"),
+                  data=(data, (str, type(None)), "a dataset name or None"), evaluate=(evaluate, bool, "true or false"))
     update = Update.load(update_dir)
     meta = update.metadata
     if data:

@@ -1,8 +1,9 @@
 """Option combinations of an audit that cannot work, refused when the config is made (before any work).
 
 A knob the audit would not turn — ``--lora``, ``--lora-warmup``, ``--seq-len``, ``--text-field``,
-``--label-field`` or ``--sweep lora=…`` on images — would label a report with a setting that changed
-nothing; an image attack named for a text audit (or a text attack for images) would fail deep inside
+``--label-field``, ``--dropout``, ``--lora-dropout``, ``--flowertune``, ``--membership``, ``--candidates``
+or ``--sweep lora=…`` on images — would label a report with a setting that changed nothing; an image
+attack named for a text audit (or a text attack for images) would fail deep inside
 the attack (``KeyError: 'hf.lm_head.weight'``). Both are one :class:`~fedleak.errors.FedleakError` line.
 """
 
@@ -16,14 +17,17 @@ if TYPE_CHECKING:
     from .config import AuditConfig, Sweep
 
 #: keys that only a text audit (``data: text``) reads, with their unset values
-TEXT_ONLY = {"seq_len": None, "lora": None, "lora_warmup": 0, "text_field": "text", "label_field": "label"}
+TEXT_ONLY = {"seq_len": None, "lora": None, "lora_warmup": 0, "text_field": "text", "label_field": "label",
+             "dropout": "shipped", "lora_dropout": None, "flowertune": False, "membership": 0, "candidates": None}
 
 
 def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
     """Option combinations that cannot work, refused before any work: a knob the audit would not turn
     (``--lora`` or ``--sweep lora=`` on images) and attacks of the other modality (image attacks on text)."""
+    from .model_loading import check_model
     from .text import is_text
 
+    check_model(cfg.model, cfg.weights, load=False)  # name, folder, GGUF, factory, weights: before any data
     text = is_text(cfg.data)
     if not text:
         given = [k for k, unset in TEXT_ONLY.items() if getattr(cfg, k) != unset]
@@ -33,6 +37,10 @@ def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
         if sweep is not None and sweep.knob == "lora":
             raise FedleakError(f"--sweep lora=... applies to text audits only (--data text); this audit is of "
                                f"{cfg.data!r} images, where LoRA changes nothing")
+    if cfg.candidates:  # the file is read (and refused) when the config is made, not when the run reaches it
+        from .membership import read_candidates
+
+        read_candidates(cfg.candidates)
     if cfg.attacks:
         from ..attacks.base import ATTACKS, _ensure_loaded
         from .engine import MALICIOUS_NAMES

@@ -54,8 +54,10 @@ class Sweep:
     @classmethod
     def parse(cls, text: Any) -> Optional["Sweep"]:
         """``"KNOB=V1,V2,..."`` or ``{"knob": ..., "values": [...]}`` (YAML)."""
-        if text is None or text == "":
+        if text is None:
             return None
+        if isinstance(text, str) and not text.strip():
+            raise FedleakError("--sweep is empty; give KNOB=V1,V2,... (e.g. defense=0,0.5,1) or leave it out")
         if isinstance(text, dict):
             check_options("sweep", text, ("knob", "values", "meaning", "label"))  # metrics.json's form too
             knob, raw = text.get("knob"), text.get("values")

@@ -62,6 +62,12 @@ def _import(module_name: str):
             sys.path.remove(cwd)
 
 
+def _find(path: str) -> None:
+    """A ``.py`` model module exists (found, not run)."""
+    if not Path(path).is_file():
+        raise FedleakError(f"model module file {path} does not exist")
+
+
 def _takes_argument(factory) -> bool:
     try:
         params = inspect.signature(factory).parameters.values()
@@ -70,23 +76,48 @@ def _takes_argument(factory) -> bool:
     return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
-def build_model(name: str, spec: DataSpec, seed: int = 0) -> nn.Module:
-    """The model named by ``name`` (zoo name or ``MODULE:FACTORY``) for ``spec``, on CPU, float32."""
+def check_model(name, weights: Optional[str] = None, *, load: bool = True):
+    """The checks of ``--model`` (and ``--weights``) that need no data: a zoo name, folder or GGUF file through
+    :func:`fedleak.models.check`; a ``.safetensors`` checkpoint's header read; ``MODULE:FACTORY``'s module
+    imported and its factory found callable (not called); with ``load=False`` (when the config is made) a
+    ``.py`` file is only found, not run. Returns the factory of a ``MODULE:FACTORY`` name loaded."""
     from .. import models
 
     if not isinstance(name, str) or not name.strip():
         raise FedleakError(f"model must be a zoo name or MODULE:FACTORY, got {name!r}")
+    if weights:
+        path = Path(weights)
+        if not path.is_file():
+            raise FedleakError(f"--weights {weights}: no such file")
+        if path.suffix == ".safetensors":
+            from ..config.loaders import safetensors_header
+
+            safetensors_header(path, f"--weights {weights}")
     if not is_factory_path(name):
-        return models.build(name, spec, seed=seed)
+        models.check(name)
+        return None
     module_name, _, attr = name.rpartition(":")
     if not module_name or not attr:
         raise FedleakError(f"model {name!r}: expected MODULE:FACTORY, e.g. mymodels:build")
-    module = _import(module_name)
+    if not load and (module_name.endswith(".py") or os.sep in module_name or "/" in module_name):
+        _find(module_name)  # a file of the user's: found, not run, until the model is built
+        return None
+    module = _import(module_name)  # an importable module: imported once (cached), its factory found
     factory = getattr(module, attr, None)
     if factory is None:
         raise FedleakError(f"model module {module_name!r} has no attribute {attr!r}")
-    if not callable(factory):
-        raise FedleakError(f"model factory {name!r} is not callable")
+    if not callable(factory) or isinstance(factory, type) and not issubclass(factory, nn.Module):
+        raise FedleakError(f"model factory {name!r} is not a function or nn.Module class")
+    return factory
+
+
+def build_model(name: str, spec: DataSpec, seed: int = 0) -> nn.Module:
+    """The model named by ``name`` (zoo name or ``MODULE:FACTORY``) for ``spec``, on CPU, float32."""
+    from .. import models
+
+    factory = check_model(name)
+    if factory is None:
+        return models.build(name, spec, seed=seed)
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(int(seed))
         try:

@@ -138,10 +138,20 @@ def _explain(error: dict) -> str:
         return "must be a non-empty string"
     if kind in ("tuple_type", "list_type"):
         return "must be a list"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "must be a mapping"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind == "too_long":
+        return f"has too many items (at most {ctx.get('max_length', '?')})"
     if kind == "extra_forbidden":
         return "is not a known key"
     if kind == "missing":
         return "is required"
+    if kind == "value_error" and ctx.get("error") is not None:  # a check of ours (a spec built to test it)
+        return " ".join(str(ctx["error"]).split())
+    if kind == "literal_error" and ctx.get("expected"):
+        return f"must be one of {ctx['expected']}"
     text = " ".join(str(error.get("msg", "is not valid")).split())
     return text.replace("Input should be", "must be", 1)
 
@@ -151,12 +161,18 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _part(part) -> str:
+    """One key of a location as printed: as written, or quoted when it holds blanks or unprintable characters."""
+    text = str(part)
+    return text if text and text.isprintable() and not any(c.isspace() for c in text) else _short(text)
+
+
 def name_of(loc, style: str = "key") -> str:
     """A location tuple as the user wrote it: ``defense[1]`` (key) or ``--batch-size`` (flag)."""
-    head, rest = str(loc[0]) if loc else "value", loc[1:]
+    head, rest = _part(loc[0]) if loc else "value", loc[1:]
     if style == "flag":
         head = "--" + head.replace("_", "-")
-    return head + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
+    return head + "".join(f"[{p}]" if isinstance(p, int) else f".{_part(p)}" for p in rest)
 
 
 def validate(model: type[BaseModel], values: dict, where: str = "", style: str = "key") -> BaseModel:
@@ -168,8 +184,9 @@ def validate(model: type[BaseModel], values: dict, where: str = "", style: str =
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         prefix = f"{where}: " if where else ""
-        raise FedleakError(f"{prefix}{name_of(error.get('loc', ()), style)} {_explain(error)}, "
-                           f"got {_short(error.get('input'))}") from None
+        problem = _explain(error)
+        got = "" if error.get("type") == "value_error" and "got " in problem else f", got {_short(error.get('input'))}"
+        raise FedleakError(f"{prefix}{name_of(error.get('loc', ()), style)} {problem}{got}") from None
 
 
 def finite_float(value, what: str, *, low: float = -MAX_FLOAT, high: float = MAX_FLOAT,

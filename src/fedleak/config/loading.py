@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from ..errors import FedleakError, unknown_choice
-from .parsing import parse_config
-from .schema import MAX_CONFIG_BYTES, ExperimentConfig
+from .experiment_model import parse_config
+from .experiment import MAX_CONFIG_BYTES, ExperimentConfig
 
 
 #: the deepest flow nesting ([ ] / { }) read from YAML (PyYAML recurses per level)

@@ -6,7 +6,7 @@ import copy
 from typing import Optional
 
 from ..errors import FedleakError, unknown_choice
-from .schema import ExperimentConfig, Variant, _merge
+from .experiment import ExperimentConfig, Variant, _merge
 
 
 def apply_overrides(config: ExperimentConfig, *, data_root=None, clients=None, variants=None, settings=None,

@@ -26,7 +26,20 @@ def inspect_file(path, *, model: Optional[str] = None, data: str = "digits", dat
     """The inspection of ``path`` and, when D-SNR ran, its measurement (see the module docstring)."""
     if isinstance(dsnr_batch, bool) or not isinstance(dsnr_batch, int) or not (dsnr_batch == 0 or 2 <= dsnr_batch <= 1024):
         raise FedleakError(f"--dsnr-batch must be 0 (skip) or an integer from 2 to 1024, got {dsnr_batch!r}")
+    if model:
+        from .. import models
+
+        models.check(model)  # a model name checked before the file is read
     state = load_state(path)
+    try:
+        return _inspected(path, state, model=model, data=data, data_root=data_root, threshold=threshold,
+                          dsnr_batch=dsnr_batch, seed=seed)
+    except FedleakError as exc:  # what is wrong inside the file, named with the file
+        text = str(exc)
+        raise FedleakError(text if str(path) in text else f"{path}: {text}") from None
+
+
+def _inspected(path, state, *, model, data, data_root, threshold, dsnr_batch, seed):
     inspection = inspect_state(state, threshold)
     measured = None
     if model:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-from .registry import MODELS, build, model_options, register
+from .registry import MODELS, build, check, model_options, register
 from .zoo import (
     BasicBlock,
     ConvNet,
@@ -24,7 +24,7 @@ from .zoo import (
 )
 
 __all__ = [
-    "MODELS", "build", "model_options", "register",
+    "MODELS", "build", "check", "model_options", "register",
     "BasicBlock", "ConvNet", "DimitrovCNN", "LeNetZhu", "MLP", "ResNet", "lecun_normal_",
 ]
 

@@ -91,6 +91,31 @@ def _folder_factory(name) -> Optional[Factory]:
     return folder_factory(name)
 
 
+def check(name, options: Optional[dict] = None) -> None:
+    """The checks of model ``name`` that need no data, run before any data is read: a zoo name is known,
+    a model folder's ``config.json`` and weight headers are sound (:func:`fedleak.models.hf.builders.check_folder`),
+    a GGUF file is one (:func:`fedleak.models.hf.gguf.check_gguf`), and the names of ``options`` are ones its
+    factory takes. One line naming ``name`` otherwise."""
+    if not isinstance(name, str) or not name.strip() or "\x00" in name:
+        raise FedleakError(f"model must be a zoo name, a model folder or a .gguf file, got {name!r}")
+    if options:
+        allowed = _option_defaults(_factory(name))
+        if allowed is not None:
+            check_options(f"model {name!r}", options, allowed)
+    if name in _FACTORIES:
+        return
+    if name.lower().endswith(".gguf"):
+        from .hf.gguf import check_gguf
+
+        check_gguf(name)
+    elif is_model_folder(name):
+        from .hf.builders import check_folder
+
+        check_folder(name)
+    else:
+        raise unknown_choice("model", name, MODELS)
+
+
 def model_options(name: str) -> dict[str, Any]:
     """The options model ``name`` accepts, with their defaults (empty if it takes any)."""
     return dict(_option_defaults(_factory(name)) or {})

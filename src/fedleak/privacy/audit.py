@@ -93,8 +93,22 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``) or
     ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`); by default the
     level the defense names."""
+    import os
+
+    from ..config.boundary import api_arguments
     from ..types import Protocol
 
+    api_arguments("dp_audit",
+                  defense=(defense, (str, list, tuple),
+                           "a flower-central-dp:noise=σ,clip=C,clients=K or dp-sgd:clip=C,noise=σ spec"),
+                  level=(level, (str, type(None)), "a level name (client, example, ...) or None"),
+                  model=(model, str, "a model name"), data=(data, str, "a dataset name"),
+                  out=(out, (str, os.PathLike, type(None)), "a folder path or None"),
+                  plot=(plot, bool, "true or false"),
+                  fault=(fault, (str, list, tuple), "a list of fault specs"),
+                  clients=(clients, (int, type(None)), "a number of clients or None"),
+                  canary_scale=(canary_scale, (int, float), "a number"), model_seed=(model_seed, int, "a seed"),
+                  threat=(threat, str, "all-iterates or final-model"))
     started = time.perf_counter()
     rounds = _positive("--rounds", rounds, integer=True, upper=100_000)
     m = _positive("--canaries", canaries, integer=True, upper=MAX_CANARIES)

@@ -27,7 +27,7 @@ from .. import attacks, data, metrics, models
 from ..config import ExperimentConfig, Setting, Variant
 from ..errors import FedleakError
 from .execution import LocalExecutor
-from ..fl import Defense, batch_schedule, client_rounds, client_update
+from ..fl import batch_schedule, client_rounds, client_update
 from .job_files import RECORD_METRICS, data_digest, job_hash, job_path, keep_aside, reusable, sealed, write_json
 from .naming import check_distinct
 from .progress import _Progress, interrupted_message
@@ -143,6 +143,17 @@ class Runner:
             self._model_cache[key] = model.to(device=self.device, dtype=self.dtype)
         return self._model_cache[key]
 
+    def check_names(self) -> None:
+        """Every job's dataset and model (zoo name, model folder, GGUF file; the names of its options) checked
+        before any data is read."""
+        from ..data.registry import canonical
+
+        for setting in self.config.settings:
+            for variant in self.config.variants:
+                sections = self.config.resolve(setting, variant)
+                canonical(sections["data"]["dataset"])
+                models.check(sections["model"]["name"], sections["model"].get("options"))
+
     # -- planning -----------------------------------------------------------------------------
     def jobs(self) -> list[Job]:
         check_distinct([s.name for s in self.config.settings], "setting")
@@ -189,8 +200,12 @@ class Runner:
             return self._run_locked()
 
     def _run_locked(self) -> dict:
+        quick = (self.config.quick or {}).get("variant_options") or {}
         for variant in self.config.variants:  # validate every variant's options before the first job
             attacks.build(variant.attack, **variant.options)
+            if quick:  # and with quick's, so that a file whose --quick would fail is refused either way
+                attacks.build(variant.attack, **{**variant.options, **quick})
+        self.check_names()
         planned = self.plan()
         stamp = config_hash(self.config)
         previous = _previous_hash(self.out)
@@ -241,13 +256,13 @@ class Runner:
         """Run one job: ``{"record": dict, "image": PIL.Image or None}`` (nothing is written here)."""
         setting = next(s for s in self.config.settings if s.name == job.setting)
         variant = next(v for v in self.config.variants if v.name == job.variant)
-        sections = self.config.resolve(setting, variant)
+        sections = self.config.typed(setting, variant)
         spec, clients = self.dataset(sections["data"])
         client = clients[job.client_index]
         model = self.model(sections["model"], spec, sections["data"])
-        protocol = Protocol(**{**Protocol().to_json(), **sections["protocol"]})
+        protocol = sections["protocol"]
         client = client.to(self.device, self.dtype)
-        labels_kind = (sections.get("threat") or {}).get("labels", "none")
+        labels_kind = sections["threat"]
         attack = attacks.build(variant.attack, **{"seed": self.config.attack_seed + job.client_index,
                                                   **variant.options})
         reconstruct = self._observed(Job(setting, variant, job.client_index), sections, model, client, protocol,
@@ -260,7 +275,7 @@ class Runner:
                                   lpips=m.get("lpips", False))
         record = {"setting": job.setting, "variant": job.variant, "attack": variant.attack,
                   "client": client.client_id, "client_index": job.client_index, "num_samples": len(client),
-                  "protocol": protocol.to_json(), "threat": labels_kind, "rounds": sections.get("rounds") or {},
+                  "protocol": protocol.to_json(), "threat": labels_kind, "rounds": sections["rounds"],
                   "seconds": seconds, **scores,
                   "attack_extras": {k: v for k, v in rec.extras.items() if k != "loss_history"},
                   "job_hash": job.hash}
@@ -277,14 +292,13 @@ class Runner:
         told beside each update.
         """
         seed = int(sections["data"].get("seed", 0)) * 100003 + job.client_index
-        labels_kind = (sections.get("threat") or {}).get("labels", "none")
-        defense = Defense.parse(sections["defense"])
+        labels_kind, defense = sections["threat"], sections["defense"]
 
         def told(part: ClientData, part_seed: int) -> dict:
             return {"client_index": job.client_index,
                     **threat_metadata(labels_kind, part, protocol, part_seed, spec.num_classes)}
 
-        rounds = sections.get("rounds") or {}
+        rounds = sections["rounds"]
         if int(rounds.get("epochs", 1)) == 1:
             update = client_update(model, client, protocol, seed=seed, defense=defense, metadata=told(client, seed))
             return lambda: attack.reconstruct(update, model, spec)

@@ -117,17 +117,32 @@ def write_outputs(out, name: str, description: str = "", paper: dict | None = No
     return summary
 
 
+def _config_model():
+    """The keys of a run's ``config.json`` the report reads, strictly typed (the rest is left as written)."""
+    from typing import Annotated, Optional
+
+    from pydantic import ConfigDict, Field, create_model
+
+    count = Annotated[int, Field(strict=True, ge=0)]
+    return create_model("RunConfigJson", __config__=ConfigDict(strict=True, extra="allow"),
+                        name=(Optional[str], None), description=(Optional[str], None), paper=(Optional[dict], None),
+                        planned_jobs=(Optional[count], None), config_hash=(Optional[str], None))
+
+
 def _run_config(run_dir: Path) -> dict:
+    """The run's ``config.json`` (``{}`` when there is none); one that is unreadable, not a mapping or holds a
+    key of the wrong type is refused in one line: without it the report could not keep other runs' jobs apart."""
     path = run_dir / "config.json"
     if not path.exists():
         return {}
+    from ..config.boundary import validate
     from ..config.json_safe import read_json_file
 
-    try:
-        config = read_json_file(path)
-    except FedleakError:
-        return {}
-    return config if isinstance(config, dict) else {}
+    config = read_json_file(path)
+    if not isinstance(config, dict):
+        raise FedleakError(f"{path} must be a JSON object, got {type(config).__name__}; was it edited?")
+    validate(_config_model(), config, where=str(path))
+    return config
 
 
 def report_run(run_dir, images_per_variant: int = 3) -> Path:

@@ -96,6 +96,13 @@ class LeakageAudit(Strategy):
                                "normalization); pass attack=None to only record")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise FedleakError(f"LeakageAudit: workers must be a positive integer, got {workers!r}")
+        from ...config.boundary import api_arguments
+
+        api_arguments("LeakageAudit", attack_options=(attack_options, (dict, type(None)), "a mapping or None"),
+                      blocking=(blocking, bool, "True or False"), evaluation=(evaluation, bool, "True or False"),
+                      save_updates=(save_updates, bool, "True or False"), guard=(guard, bool, "True or False"),
+                      arrayrecord_key=(arrayrecord_key, (str, type(None)), "a record key or None"),
+                      num_examples_key=(num_examples_key, str, "a metric name"))
         protocol = Protocol("fedavg") if protocol is None else protocol
         if not isinstance(protocol, Protocol) and not callable(protocol):
             raise FedleakError(f"protocol must be a fedleak.Protocol or a callable, got {type(protocol).__name__}")

@@ -52,6 +52,10 @@ def _safe(name: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))
 
 
+#: what a wrapped (legacy) Flower strategy must provide at the least (the training round the recorder watches)
+_STRATEGY_METHODS = ("configure_fit", "aggregate_fit")
+
+
 class LeakageRecorder(_StrategyBase):
     """A Flower strategy that records (and optionally attacks) every client update, then lets
     ``strategy`` do the real work.
@@ -71,6 +75,20 @@ class LeakageRecorder(_StrategyBase):
                  clients: Optional[Callable[[str], bool]] = None) -> None:
         if not isinstance(model, nn.Module):
             raise FedleakError(f"LeakageRecorder needs the torch model of the federation, got {type(model).__name__}")
+        missing = [m for m in _STRATEGY_METHODS if not callable(getattr(strategy, m, None))]
+        if missing:
+            raise FedleakError(f"LeakageRecorder wraps a flwr.server.strategy.Strategy (e.g. FedAvg()), got "
+                               f"{type(strategy).__name__} without {', '.join(missing[:3])}")
+        if not isinstance(protocol, Protocol) and not callable(protocol):
+            raise FedleakError(f"LeakageRecorder: protocol must be a fedleak.Protocol or a callable "
+                               f"protocol(round, config), got {type(protocol).__name__}")
+        from ...config.boundary import api_arguments
+
+        api_arguments("LeakageRecorder", keys=(keys, str, "'state' or 'parameters'"),
+                      attack_options=(attack_options, (dict, type(None)), "a mapping or None"))
+        if clients is not None and not callable(clients):
+            raise FedleakError(f"LeakageRecorder: clients must be a callable clients(cid) -> bool or None, "
+                               f"got {type(clients).__name__}")
         _names(model, keys)
         if attack is not None and not isinstance(spec, DataSpec):
             raise FedleakError("LeakageRecorder: attacking updates needs spec=fedleak.DataSpec (input shape, classes, "

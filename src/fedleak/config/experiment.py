@@ -1,8 +1,10 @@
-"""The typed experiment config and the limits of its values (schema in ``docs/experiments.md``).
+"""The experiment config after validation (schema in ``docs/experiments.md``).
 
-:class:`ExperimentConfig` holds the validated sections; a :class:`Setting` (a column group) and a
-:class:`Variant` (a row: an attack with options) override them per job (:meth:`ExperimentConfig.resolve`).
-The key lists and size limits here are what :mod:`.validation` checks against.
+:class:`ExperimentConfig` holds the sections that :mod:`.experiment_model` validated (its strict
+pydantic models are the only reader of an experiment file); a :class:`Setting` (a column group) and a
+:class:`Variant` (a row: an attack with options) override them per job. :meth:`ExperimentConfig.resolve`
+gives a job's sections as plain values (what a job's hash covers), :meth:`ExperimentConfig.typed` the
+same sections with the protocol and the defense as built objects, so that no code downstream parses them.
 """
 
 from __future__ import annotations
@@ -11,22 +13,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-THREAT_LABELS = ("none", "counts", "labels", "batches")
-TOP_KEYS = ("name", "description", "data", "model", "protocol", "defense", "threat", "rounds", "metrics",
-            "settings", "variants", "quick", "paper", "attack_seed")
-DATA_KEYS = ("dataset", "root", "num_clients", "samples_per_client", "seed", "split", "options", "first_client")
-MODEL_KEYS = ("name", "seed", "options", "train_rounds", "train_clients_per_round", "train_protocol")
-METRIC_KEYS = ("threshold", "clip", "lpips", "save_images")
-ROUNDS_KEYS = ("epochs", "samples_per_round")
-SETTING_KEYS = ("name", "data", "model", "protocol", "defense", "threat", "rounds", "variants")
-VARIANT_KEYS = ("attack", "options", "model", "protocol", "defense", "threat", "rounds")
 #: the sections a setting or a variant may override
 OVERRIDABLE = ("data", "model", "protocol", "defense", "threat", "rounds")
-QUICK_KEYS = ("data", "variant_options", "model", "settings", "variants")
-
-from .boundary import MAX_CLIENTS, MAX_ROUNDS, MAX_SAMPLES, MAX_SEED  # noqa: E402,F401  (one set of bounds)
+#: the largest experiment file read
 MAX_CONFIG_BYTES = 10_000_000
-SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
@@ -71,6 +61,17 @@ class ExperimentConfig:
                 "threat": self.threat, "rounds": self.rounds}
         merged = _merge(base, setting.overrides)
         return _merge(merged, variant.overrides)
+
+    def typed(self, setting: Setting, variant: Variant) -> dict:
+        """:meth:`resolve` with ``protocol`` a :class:`~fedleak.types.Protocol` and ``defense`` a built
+        :class:`~fedleak.fl.defenses.Defense` (or update filter), ``threat`` its label kind as a string."""
+        from ..fl.defenses import Defense
+        from ..types import Protocol
+
+        sections = self.resolve(setting, variant)
+        return {**sections, "protocol": Protocol(**{**Protocol().to_json(), **(sections["protocol"] or {})}),
+                "defense": Defense.parse(sections["defense"]),
+                "threat": (sections.get("threat") or {}).get("labels", "none"), "rounds": sections.get("rounds") or {}}
 
 
 def _merge(base: dict, override: dict) -> dict:
