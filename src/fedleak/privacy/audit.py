@@ -31,7 +31,7 @@ from .gdp import composed_mu
 from .one_run import lower_bounds
 
 THREATS = ("all-iterates", "final-model")
-LEVELS = ("client", "example")
+LEVELS = ("client", "example", "lora")
 MAX_CANARIES = 1_000_000
 
 
@@ -66,6 +66,8 @@ def parse_claim(defense, level: Optional[str]):
     else:
         raise FedleakError("--defense: dp-audit audits client-level DP (flower-central-dp:noise=σ,clip=C,clients=K) "
                            "or a client's example-level DP-SGD (dp-sgd:clip=C,noise=σ with --level example)")
+    if level == "lora" and found == "example":  # DP-SGD on a LoRA model's adapters (:mod:`.lora_audit`)
+        found = "lora"
     if level is not None and level != found:
         want = "dp-sgd:clip=C,noise=σ" if level == "example" else "flower-central-dp:noise=σ,clip=C,clients=K"
         raise FedleakError(f"--level {level} audits {'DP-SGD' if level == 'example' else 'client-level DP'}: give "
@@ -87,12 +89,13 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
              samples: int = 20, rounds: int = 10, epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
              threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True,
-             level: Optional[str] = None) -> dict:
+             level: Optional[str] = None, lora: Optional[int] = None) -> dict:
     """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given.
 
-    ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``) or
-    ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`); by default the
-    level the defense names."""
+    ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``),
+    ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`) or ``"lora"``
+    (the clients' DP-LoRA updates checked against DP-SGD on the adapters, ``lora`` = R, :mod:`.lora_audit`); by
+    default the level the defense names."""
     from ..types import Protocol
 
     started = time.perf_counter()
@@ -115,7 +118,14 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     lr = _positive("--lr", lr)
     parsed, level, privacy = parse_claim(defense, level)
     protocol = Protocol("fedavg", epochs, batch_size, lr, True)
-    if level == "example":
+    if level == "lora":
+        from .lora_audit import prepare_lora, run_lora_audit
+        from .sgd_audit import claimed_dpsgd
+
+        noise, clip = claimed_dpsgd(parsed, privacy)
+        prepared = prepare_lora(locals())
+        runner = run_lora_audit
+    elif level == "example":
         from .sgd_audit import claimed_dpsgd, prepare, run_example_audit
         from .sgd_run import SGDFault
 
