@@ -45,6 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="simulate a misconfiguration: noise=F (F × the claimed noise), no-dp=I,J (clients without "
                         "clipping), clip-after-noise; --level example: noise=F (F = 0: noise off), no-clip; --level lora: "
                         "lora-unprocessed=I,J, lora-partial=I,J, lora-base-moves=I,J")
+    g.add_argument("--leakage-metrics", metavar="PATH", help="metrics.json of `fedleak audit --defense` at the same "
+                   "σ and clip: its reconstruction results are reported beside the ε (docs/dp-audit.md)")
+    g.add_argument("--with-attacks", action="store_true", help="run a quick `fedleak audit` (FedSGD, 1 image, 2 "
+                   "clients) at the audited defense and report what its attacks recover beside the ε")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-plot", action="store_true", help="skip dp-audit.png")
     g.add_argument("--quiet", action="store_true", help="no progress output")
@@ -65,7 +69,8 @@ def run_from_args(args, log=print) -> dict:
                       canaries=_number(args.canaries), canary_scale=args.canary_scale, delta=args.delta,
                       seed=args.seed, threat=args.threat, fault=args.fault or (), out=args.out,
                       log=None if args.quiet else log, plot=not args.no_plot, level=args.level,
-                      lora=_number(args.lora) if args.lora is not None else None)
+                      lora=_number(args.lora) if args.lora is not None else None,
+                      leakage_metrics=args.leakage_metrics, with_attacks=args.with_attacks)
     for line in result["summary"]:
         log(line)
     return result

@@ -89,13 +89,15 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
              samples: int = 20, rounds: int = 10, epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
              threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True,
-             level: Optional[str] = None, lora: Optional[int] = None) -> dict:
+             level: Optional[str] = None, lora: Optional[int] = None, leakage_metrics=None,
+             with_attacks: bool = False) -> dict:
     """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given.
 
     ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``),
     ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`) or ``"lora"``
     (the clients' DP-LoRA updates checked against DP-SGD on the adapters, ``lora`` = R, :mod:`.lora_audit`); by
-    default the level the defense names."""
+    default the level the defense names. ``leakage_metrics`` (a ``fedleak audit`` metrics.json at the same
+    defense) or ``with_attacks`` (run a quick one) put the reconstruction results beside the ε (:mod:`.beside`)."""
     from ..types import Protocol
 
     started = time.perf_counter()
@@ -143,6 +145,17 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
 
             adaptive_noise(setting.noise, k + int(Canaries(m, 1, seed, canary_scale).included.sum()))
         runner = _run
+    leakage = None
+    if leakage_metrics is not None or with_attacks:
+        from .beside import read_leakage
+
+        if level == "lora":
+            raise FedleakError("--leakage-metrics/--with-attacks: not with --level lora (no σ-level ε to set beside)")
+        if leakage_metrics is not None and with_attacks:
+            raise FedleakError("--with-attacks: give it or --leakage-metrics, not both")
+        if leakage_metrics is not None:
+            leakage = read_leakage(leakage_metrics, defense)
+    runner = _beside(runner, leakage, with_attacks)
     if out is None:
         return runner(locals(), None)
     from ..runs.lock import OutLock
@@ -151,6 +164,27 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     out_dir = prepare_out_dir(out, "--out")
     with OutLock(out_dir, "fedleak dp-audit"):  # a second dp-audit on this --out refuses before any work
         return runner(locals(), out_dir)
+
+
+def _beside(runner, leakage: Optional[dict], with_attacks: bool):
+    """``runner`` followed by the reconstruction audit at the same σ (:mod:`.beside`), the report rewritten."""
+    if leakage is None and not with_attacks:
+        return runner
+
+    def run(a: dict, out_dir: Optional[Path]) -> dict:
+        from .beside import gap_lines, run_leakage
+
+        result = runner(a, out_dir)
+        leak = leakage or run_leakage(a["defense"], model=a["model"], data=a["data"], data_root=a["data_root"],
+                                      seed=a["seed"], model_seed=a["model_seed"], out_dir=out_dir)
+        lines = gap_lines(result, leak)
+        result["leakage_beside"] = {**leak, "lines": lines}
+        result["summary"] = [*result["summary"], *lines]
+        if out_dir is not None:
+            (out_dir / "dp-audit.json").write_text(json.dumps(result, indent=2, allow_nan=True) + "\n")
+        return result
+
+    return run
 
 
 def _run(a: dict, out_dir: Optional[Path]) -> dict:
