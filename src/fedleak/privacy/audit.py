@@ -59,12 +59,13 @@ def parse_claim(defense, level: Optional[str]):
         parsed, _, privacy = parse_defenses(specs)
     except FedleakError as exc:
         raise FedleakError(f"--defense: {exc}") from None
-    if isinstance(parsed, UpdateFilter) and parsed.kind == "flower-central-dp":
+    if isinstance(parsed, UpdateFilter) and parsed.kind in ("flower-central-dp", "flower-local-dp"):
         found = "client"
     elif getattr(parsed, "kind", None) == "dp-sgd":
         found = "example"
     else:
-        raise FedleakError("--defense: dp-audit audits client-level DP (flower-central-dp:noise=σ,clip=C,clients=K) "
+        raise FedleakError("--defense: dp-audit audits client-level DP (flower-central-dp:noise=σ,clip=C,clients=K, "
+                           "flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D with --clients K) "
                            "or a client's example-level DP-SGD (dp-sgd:clip=C,noise=σ with --level example)")
     if level == "lora" and found == "example":  # DP-SGD on a LoRA model's adapters (:mod:`.lora_audit`)
         found = "lora"
@@ -137,6 +138,20 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
         sgd_fault = SGDFault.parse(fault)
         prepared = prepare(locals())
         runner = run_example_audit
+    elif parsed.kind == "flower-local-dp":  # Flower's LocalDpMod on every client (:mod:`.local_dp`)
+        from .local_dp import LocalDp, aggregate_noise
+
+        if clients is None:
+            raise FedleakError("--clients: flower-local-dp names no client count; give --clients K")
+        k = _positive("--clients", clients, integer=True, upper=100_000)
+        faults = Fault.parse(fault, k)
+        if faults.noise_factor != 1.0 or faults.clip_after_noise:
+            raise FedleakError("--fault: with flower-local-dp only no-dp=I,J (the mod missing on clients I, J)")
+        local = LocalDp.from_filter(parsed)
+        probe = Canaries(m, 1, seed, canary_scale, k)
+        on = probe.included & ~np.isin(probe.node(np.arange(m)), list(faults.no_dp_clients))
+        setting = DPSetting(aggregate_noise(local, k - len(faults.no_dp_clients) + int(on.sum())), local.clip, rounds)
+        runner = _run
     else:
         setting, k = claimed_setting(parsed, rounds, clients)
         faults = Fault.parse(fault, k)
@@ -202,7 +217,8 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     net = models.build(model, spec, seed=a["model_seed"])
     dim = sum(p.numel() for p in net.parameters())
     canary_set = Canaries(m, dim, seed, canary_scale, k)
-    fed = run_federation(net, client_data, protocol, setting, canary_set, fault=faults, seed=seed, log=log)
+    local = a.get("local")
+    fed = run_federation(net, client_data, protocol, setting, canary_set, fault=faults, seed=seed, log=log, local=local)
     analysis_start = time.perf_counter()
     mu_claimed = composed_mu(setting.noise, rounds)
     bounds = {t: lower_bounds(fed.scores[t], fed.included, delta) for t in THREATS}
@@ -233,6 +249,31 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
                                 "curve); estimates.*.epsilon_separate_variances with one variance each",
             "epsilon_accountant": "exact GDP (Dong, Roth, Su Cor. 2.13/3.3), Opacus RDP and PRV (q = 1), Flower RdpAccountant"},
     }
+    if local is not None:
+        from .local_dp import implied_epsilons, sensitivity_finding
+
+        result["epsilon_accountant"] = implied_epsilons(local, rounds, delta)
+        result["setting"] = {"defense": f"flower-local-dp:clip={local.clip:g},sensitivity={local.sensitivity:g},"
+                                        f"epsilon={local.epsilon:g},delta={local.delta:g}", "clients": k,
+                             "noise": local.client_noise, "clip": local.clip, "noise_std": local.std,
+                             "mu_gdp_per_client": composed_mu(local.client_noise, rounds),
+                             "aggregate_noise": setting.noise, "mu_gdp": mu_claimed, "clipping": "fixed",
+                             "mod": "flwr.client.mod.LocalDpMod (flwr 1.42), fedleak.fl.update_filters.flower_local_dp",
+                             "mod_missing_on": list(faults.no_dp_clients)}
+        acc = result["epsilon_accountant"]
+        claim_line = (f"Claimed by Flower's LocalDpMod: ε = {local.epsilon:g} per round at δ = {local.delta:g} per "
+                      f"client ({acc['flower_basic_composition']:g} over {rounds} rounds by basic composition); the "
+                      f"canaries see the average of the noisy replies (claim μ = {mu_claimed:.2f}-GDP for it), so "
+                      "the proved loss bounds the per-client ε from below, loosely.")
+        missing = [f"Estimated: LocalDpMod is missing on clients {', '.join(map(str, check['flagged_clients']))}: "
+                   "their replies and canaries reach the server unclipped and without the mod's noise (mod setting; "
+                   "Flower FLIP #1122: the local DP mod is opt-in per client)."] if check["flagged_clients"] else []
+        check["findings"] = [claim_line, *sensitivity_finding(local), *missing, *check["findings"]]
+        check["detected"] = check["detected"] or bool(sensitivity_finding(local))
+        result["methods"]["epsilon_accountant"] = ("per client: LocalDpMod's (E, D) per round and basic composition; "
+                                                   "the Gaussian mechanism of multiplier s/C over T rounds (exact GDP, "
+                                                   "Opacus RDP/PRV q = 1, Flower RdpAccountant); the canary claim "
+                                                   "test uses the aggregate's μ (setting.mu_gdp)")
     if setting.adaptive:
         from .federation import CLIP_NORM_LR, TARGET_QUANTILE
 
