@@ -138,7 +138,7 @@ def block_checks(r: dict) -> str:
         lines.append(f"| {name} | {len(rows)} | {sum(x['detected'] for x in rows)} | "
                      f"{statistics.median(x['seconds'] for x in rows):.2f} |")
     b = r["beside"]
-    lines += ["", f"Beside the attacks (dp-sgd clip 1, σ 1, 4 steps, 200 canaries, `--with-attacks`; the DP audit itself {b['cost_seconds']:.0f} s, the attacks' run not included):",
+    lines += ["", f"Beside the attacks (dp-sgd clip 1, σ 1, 4 steps, 200 canaries, `--with-attacks`; the DP audit itself {b['cost_seconds']:.1f} s, the attacks' run not included):",
               ""] + [f"> {line}" for line in b["lines"]]
     return "\n".join(lines)
 
