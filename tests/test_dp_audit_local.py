@@ -5,8 +5,8 @@ lenet on digits, K = 4 clients of 5 samples, T = 3 rounds, 100 canary clients, L
 1 and 3 their unclipped canaries (raw norm 10 C) separate by ≈ 20 null sds against a reference of ≈ 3, z-tests on
 ≈ 19 canaries each: p ≈ 0 (α/K = 0.0025 needed) — detected on any seed; the correct run at seed 0 is not
 flagged (the claim test's false-alarm rate ≤ α = 0.01 by construction). Measured on the loaded 2-core machine
-(load ≈ 7): the file 28 s (8 tests); each federation test 9–11 s (flwr's accountant import, 8 s, falls on the
-first), the bit-for-bit test 3 s, bad input < 0.1 s each.
+(load 7–9; two runs): the file 28–45 s (8 tests); each federation test 9–18 s (flwr's accountant import, 8 s,
+falls on the first), the bit-for-bit test 3 s, bad input < 0.1 s each.
 """
 
 import json
