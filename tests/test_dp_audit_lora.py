@@ -6,7 +6,7 @@ causal-LM sequences, DP-SGD claim C = 1, σ = 1, η = 0.05, T = 3, B = 4. Power:
 seed (2 seeds here: ≤ 2 % false-alarm chance in all, and these seeds pass); a degraded adapter's norm sits at ≤ 0.07 where the interval starts at 0.29 (noise s·√512 ≈ 0.49), far
 outside, on every seed. Measured on the loaded 2-core machine (load 7–9; two runs): the file 34–66 s (11 tests); the module's model
 build 9–11 s (setup of the first test), the 2-seed correct-update test 5–11 s (the first per-example gradient
-call warms torch.func up), the structure test 2–8 s, the CLI run (its own build, 2 clients) 5–15 s, the rest
+call warms torch.func up), the structure test (incl. a FlowerTune-keyed reply) 2–11 s, the CLI run (its own build, 2 clients) 5–15 s, the rest
 < 2 s each.
 """
 
@@ -56,6 +56,12 @@ def test_update_structure_and_claim_checked(lora_model):
     assert all(torch.equal(after[k], again[k]) for k in after)  # deterministic given the seed
     dropped = {k: v for k, v in after.items() if "layers.1.self_attn.v_proj.lora_B" not in k}
     assert "adapter tensors missing" in " ".join(check_lora_update(model, before, dropped, CLAIM)["findings"])
+    from fedleak.models.hf.lora import adapter_state
+
+    flowertune = adapter_state(model, after)  # the reply as a FlowerTune client sends it (peft state-dict keys)
+    assert not check_lora_update(model, before, flowertune, CLAIM)["detected"]
+    flowertune.pop(next(iter(flowertune)))
+    assert check_lora_update(model, before, flowertune, CLAIM)["structural"]
     # σ claimed 10× above what was applied: the update carries a tenth of the claimed noise
     loud = LoraDPClaim(clip=1.0, noise=10.0, lr=0.05, steps=3, batch_size=4)
     assert check_lora_update(model, before, after, loud)["detected"]

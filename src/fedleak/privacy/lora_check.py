@@ -83,14 +83,16 @@ def _interval(n: int, claim: LoraDPClaim, alpha: float) -> tuple[float, float]:
 
 def check_lora_update(model, before: dict, after: dict, claim: LoraDPClaim, *, alpha: float = 0.01,
                       client: Optional[str] = None) -> dict:
-    """Findings for one DP-LoRA reply: ``before`` the weights the client got, ``after`` what it sent (both name →
-    tensor, the wrapper's ``named_parameters`` names; frozen weights may be included). ``detected`` when any
+    """Findings for one DP-LoRA reply: ``before`` the weights the client got, ``after`` what it sent (name → tensor:
+    the wrapper's ``named_parameters`` names, frozen weights may be included, or the ``get_peft_model_state_dict``
+    keys a FlowerTune client sends, :func:`fedleak.models.hf.lora.adapter_state`). ``detected`` when any
     structural check fails or a norm lies outside its (1 − α) interval under the claim (see the module text)."""
     if not (isinstance(alpha, float) and 0 < alpha < 1):
         raise FedleakError(f"alpha must be a number in (0, 1), got {alpha!r}")
     who = f"client {client}" if client is not None else "the client"
     adapters = params_of(model)
     named = dict(model.named_parameters())
+    after = _wrapper_names(after, adapters, named)
     findings, structural = [], []
     missing = sorted(set(adapters) - set(after))
     if missing:
@@ -146,6 +148,17 @@ def check_lora_update(model, before: dict, after: dict, claim: LoraDPClaim, *, a
     return {"client": client, "claim": claim.to_json(), "alpha": alpha, "structural": structural,
             "tensors": tensors, "whole": whole, "detected": detected, "evidence": "proved" if detected else None,
             "findings": findings}
+
+
+def _wrapper_names(reply: dict, adapters: dict, named: dict) -> dict:
+    """A reply keyed as FlowerTune sends it (``peft.get_peft_model_state_dict`` keys) renamed to the wrapper's
+    parameter names; a reply already in those names, or keys that fit neither, unchanged."""
+    from ..models.hf.lora import _peft_key
+
+    if any(k in named for k in reply):
+        return reply
+    by_key = {_peft_key(n): n for n in adapters}
+    return {by_key.get(k, k): v for k, v in reply.items()}
 
 
 def simulate_dp_lora(model, data, claim: LoraDPClaim, *, seed: int = 0, degrade: Optional[str] = None
