@@ -4,10 +4,10 @@ llama-tiny with rank-4 adapters on PEFT's default targets (q_proj, v_proj: 8 ten
 causal-LM sequences, DP-SGD claim C = 1, σ = 1, η = 0.05, T = 3, B = 4. Power: each norm test holds at level
 α = 0.01 (Bonferroni over 9 tests) by construction, so a correct update is flagged with probability ≤ 0.01 per
 seed (2 seeds here: ≤ 2 % false-alarm chance in all, and these seeds pass); a degraded adapter's norm sits at ≤ 0.07 where the interval starts at 0.29 (noise s·√512 ≈ 0.49), far
-outside, on every seed. Measured on the loaded 2-core machine (load 7–9; two runs): the file 34–66 s (11 tests); the module's model
+outside, on every seed. Measured on the loaded 2-core machine (load 7–9; two runs): the file 34–76 s (14 tests); the module's model
 build 9–11 s (setup of the first test), the 2-seed correct-update test 5–11 s (the first per-example gradient
-call warms torch.func up), the structure test (incl. a FlowerTune-keyed reply) 2–11 s, the CLI run (its own build, 2 clients) 5–15 s, the rest
-< 2 s each.
+call warms torch.func up), the structure test (incl. a FlowerTune-keyed reply) 2–11 s, the CLI run (its own build, 2 clients) 5–15 s, the saved-reply
+CLI run 6 s, the rest < 2 s each (bad input < 0.1 s).
 """
 
 import pytest
@@ -97,6 +97,8 @@ def test_cli_lora_level_names_the_degraded_clients(tmp_path, capsys):
     (["--lora", "4", "--fault", "lora-partial=7"], "--fault"),
     (["--lora", "4", "--fault", "noise=2"], "--fault"),
     (["--lora", "4", "--rounds", "nan"], "--rounds"),
+    (["--lora", "4", "--lora-reply", "only-one.pt"], "--lora-reply"),
+    (["--lora", "4", "--lora-reply", "missing.pt,missing2.pt"], "--lora-reply"),
 ])
 def test_cli_lora_bad_input_exits_2(tmp_path, capsys, args, named):
     """One line naming the option, exit 2, ``--out`` never made (each < 1 s: refused before the model build)."""
@@ -108,3 +110,20 @@ def test_cli_lora_bad_input_exits_2(tmp_path, capsys, args, named):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and named in err[0], err
     assert not out.exists()
+
+
+def test_saved_reply_is_checked_beside_the_simulated_clients(lora_model, tmp_path):
+    """``--lora-reply BEFORE,AFTER``: a saved #820-degraded reply is named as client ``reply``. ≈ 5–15 s."""
+    import json
+
+    from fedleak.cli import main
+
+    model, client = lora_model
+    before, after = simulate_dp_lora(model, client, CLAIM, seed=4, degrade="unprocessed")
+    torch.save(before, tmp_path / "before.pt")
+    torch.save(after, tmp_path / "after.pt")
+    out = tmp_path / "o"
+    assert main([*LORA_CLI, "--clients", "1", "--lora-reply", f"{tmp_path / 'before.pt'},{tmp_path / 'after.pt'}",
+                 "--out", str(out)]) == 0
+    check = json.loads((out / "dp-audit.json").read_text())["misconfiguration"]
+    assert check["flagged_clients"] == ["reply"]

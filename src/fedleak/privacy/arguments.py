@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "client, or (lora) the clients' DP-LoRA updates against DP-SGD on the adapters, Opacus #820 "
                         "(default: the level --defense names)")
     g.add_argument("--lora", type=float, help="LoRA rank R of the model's adapters (--level lora)")
+    g.add_argument("--lora-reply", metavar="BEFORE,AFTER", help="--level lora: also check a real client's saved "
+                   "reply (two tensor files: the weights it got, the reply it sent)")
     g = p.add_argument_group("the audit")
     g.add_argument("--canaries", type=float, default=1000, help="canary clients m (--level example: Dirac gradient "
                    "canaries, m ≤ parameters), each inserted with probability 1/2 (default 1000)")
@@ -70,7 +72,8 @@ def run_from_args(args, log=print) -> dict:
                       seed=args.seed, threat=args.threat, fault=args.fault or (), out=args.out,
                       log=None if args.quiet else log, plot=not args.no_plot, level=args.level,
                       lora=_number(args.lora) if args.lora is not None else None,
-                      leakage_metrics=args.leakage_metrics, with_attacks=args.with_attacks)
+                      lora_reply=args.lora_reply, leakage_metrics=args.leakage_metrics,
+                      with_attacks=args.with_attacks)
     for line in result["summary"]:
         log(line)
     return result

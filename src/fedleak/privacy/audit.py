@@ -90,7 +90,7 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
              samples: int = 20, rounds: int = 10, epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
              threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True,
-             level: Optional[str] = None, lora: Optional[int] = None, leakage_metrics=None,
+             level: Optional[str] = None, lora: Optional[int] = None, lora_reply=None, leakage_metrics=None,
              with_attacks: bool = False) -> dict:
     """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given.
 

@@ -8,6 +8,8 @@ structure against the model's trainable adapters, frozen weights unmoved, each a
 χ² interval under the claim. The findings name the clients and the setting. Faults (what the check detects):
 ``lora-unprocessed=I,J`` (the adapters' gradients reach SGD unclipped and un-noised, #820's symptom),
 ``lora-partial=I,J`` (lora_B's gradients raw), ``lora-base-moves=I,J`` (a base weight moves).
+``--lora-reply BEFORE,AFTER`` checks a real client's saved reply too (two tensor files: the weights it got, the
+reply it sent, in the wrapper's names or FlowerTune's PEFT keys), reported as client ``reply``.
 The canary audits (Andrew et al. ICLR '24; Steinke et al. NeurIPS '23) need many rounds to see this; the
 check needs one reply per client.
 """
@@ -46,6 +48,29 @@ def parse_lora_faults(specs, clients: int) -> dict:
     return out
 
 
+def load_reply(spec) -> tuple[dict, dict]:
+    """(before, after) from ``--lora-reply BEFORE,AFTER``: two tensor files (``.safetensors``, or a ``.pt`` state
+    dict read with ``weights_only``) — the weights a client got and the reply it sent (wrapper names or PEFT keys)."""
+    parts = [x.strip() for x in str(spec).split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise FedleakError(f"--lora-reply needs BEFORE,AFTER (two tensor files), got {spec!r}")
+    out = []
+    for path in parts:
+        try:
+            if path.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                state = load_file(path)
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # any unreadable file is bad input, named by its option
+            raise FedleakError(f"--lora-reply {path}: not a readable tensor file ({type(exc).__name__})") from None
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise FedleakError(f"--lora-reply {path}: not a name → tensor state dict")
+        out.append(state)
+    return out[0], out[1]
+
+
 def prepare_lora(a: dict) -> tuple:
     """(model, clients, claim, faults): everything that can refuse the input, before ``--out`` is made."""
     from .. import data as data_mod
@@ -61,6 +86,7 @@ def prepare_lora(a: dict) -> tuple:
     batch = a["batch_size"] or min(4, a["samples"])
     claim = LoraDPClaim(clip=a["clip"], noise=a["noise"], lr=a["lr"], steps=a["rounds"], batch_size=batch)
     faults = parse_lora_faults(a["fault"], k)
+    reply = load_reply(a["lora_reply"]) if a.get("lora_reply") else None  # refused before the model build
     options = {"seq_len": 8, "task": "classification" if a["model"] == "minilm" else "causal-lm"} \
         if a["data"] == "text" else {}
     spec, clients = data_mod.load(a["data"], root=a["data_root"], num_clients=k, samples_per_client=a["samples"],
@@ -68,18 +94,20 @@ def prepare_lora(a: dict) -> tuple:
     if len(clients) < k or any(len(c) < batch for c in clients):
         raise FedleakError(f"--data {a['data']}: {k} clients of at least --batch-size {batch} samples needed")
     net = models.build(a["model"], spec, seed=a["model_seed"], lora=lora)
-    return net, clients, claim, faults
+    return net, clients, claim, faults, reply
 
 
 def run_lora_audit(a: dict, out_dir: Optional[Path]) -> dict:
     """The DP-LoRA consistency audit once its inputs are valid (``a["prepared"]`` from :func:`prepare_lora`)."""
-    net, clients, claim, faults = a["prepared"]
+    net, clients, claim, faults, reply = a["prepared"]
     started = a["started"]
     reports = []
+    if reply is not None:  # a real client's saved reply, checked first (client "reply")
+        reports.append(check_lora_update(net, reply[0], reply[1], claim, client="reply"))
     for i, client in enumerate(clients):
         before, after = simulate_dp_lora(net, client, claim, seed=a["seed"] * 1009 + i, degrade=faults.get(i))
         reports.append(check_lora_update(net, before, after, claim, client=str(i)))
-    flagged = [int(r["client"]) for r in reports if r["detected"]]
+    flagged = [r["client"] if r["client"] == "reply" else int(r["client"]) for r in reports if r["detected"]]
     findings = [f for r in reports if r["detected"] for f in r["findings"]]
     if not findings:
         findings = [f"No DP-LoRA inconsistency found in the {len(reports)} clients' updates (each adapter tensor's norm "
