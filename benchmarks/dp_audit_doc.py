@@ -1,5 +1,6 @@
-"""Regenerate the numbers blocks of docs/dp-audit.md from benchmarks/results/dp_audit.json (client level) and
-benchmarks/results/dp_audit_sgd.json (example level, benchmarks/bench_dp_audit_sgd.py).
+"""Regenerate the numbers blocks of docs/dp-audit.md from benchmarks/results/dp_audit.json (client level),
+benchmarks/results/dp_audit_sgd.json (example level, benchmarks/bench_dp_audit_sgd.py) and
+benchmarks/results/dp_audit_checks.json (LocalDpMod, DP-LoRA, beside the attacks: bench_dp_audit_checks.py).
 
     python benchmarks/dp_audit_doc.py            # rewrites the blocks between the markers
     python benchmarks/dp_audit_doc.py --check    # exit 1 if the doc is out of date
@@ -17,6 +18,10 @@ DOC = ROOT / "docs" / "dp-audit.md"
 BEGIN, END = "<!-- BEGIN dp_audit.json (benchmarks/dp_audit_doc.py) -->", "<!-- END dp_audit.json -->"
 RESULTS_SGD = ROOT / "benchmarks" / "results" / "dp_audit_sgd.json"
 BEGIN_SGD, END_SGD = "<!-- BEGIN dp_audit_sgd.json (benchmarks/dp_audit_doc.py) -->", "<!-- END dp_audit_sgd.json -->"
+
+RESULTS_CHECKS = ROOT / "benchmarks" / "results" / "dp_audit_checks.json"
+BEGIN_CHECKS, END_CHECKS = ("<!-- BEGIN dp_audit_checks.json (benchmarks/dp_audit_doc.py) -->",
+                            "<!-- END dp_audit_checks.json -->")
 
 
 def _f(x) -> str:
@@ -108,6 +113,41 @@ def block(r: dict) -> str:
     return "\n".join(lines)
 
 
+def block_checks(r: dict) -> str:
+    """LocalDpMod runs, DP-LoRA checks, and the audit beside the attacks."""
+    lines = [f"Measured {r['when']} on {r['cpu_count']} CPUs ({r['machine']}, {r['device']}), {r['torch_threads']} torch "
+             f"thread, load average {r['load_average_before'][0]:.1f} → {r['load_average_after'][0]:.1f}; wall "
+             f"{r['wall_seconds']:.0f} s (benchmarks/bench_dp_audit_checks.py).", "",
+             f"LocalDpMod (`{r['setup']['local']}`, {r['setup']['local_clients']} clients, {r['setup']['local_rounds']} "
+             f"rounds, {r['setup']['local_canaries']} canaries, lenet on digits):", "",
+             "| mod missing on | runs (seeds) | flagged | exactly those clients named | min claim-test p "
+             "| proved ε ≥ (median) | estimated ε (median) | per-client ε (GDP) | Flower's ε per round | "
+             "μ of the aggregate (median) | median cost s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    cases = {}
+    for row in r["local_dp"]:
+        cases.setdefault(row["fault"][0].split("=")[1] if row["fault"] else "—", []).append(row)
+    for missing, rows in cases.items():
+        want = [] if missing == "—" else [int(v) for v in missing.split(",")]
+        med = lambda key: statistics.median(x[key] for x in rows)  # noqa: E731
+        lines.append(f"| {missing} | {len(rows)} ({rows[0]['seed']}–{rows[-1]['seed']}) | "
+                     f"{sum(x['detected'] for x in rows)} | {sum(x['flagged_clients'] == want for x in rows)} | "
+                     f"{min(x['claim_p_value'] for x in rows):.2g} | {_f(med('epsilon_lower'))} | "
+                     f"{_f(med('epsilon_estimate'))} | {_f(rows[0]['epsilon_per_client_gdp'])} | "
+                     f"{rows[0]['flower_per_round']:g} | {med('mu_aggregate'):.2f} | {med('cost_seconds'):.1f} |")
+    lines += ["", f"DP-LoRA consistency ({r['setup']['lora']}; α = 0.01):", "",
+              "| update | runs | flagged | median check s |", "|---|---|---|---|"]
+    kinds = {}
+    for row in r["lora"]:
+        kinds.setdefault(row["degrade"] or "correct DP-SGD", []).append(row)
+    for name, rows in kinds.items():
+        lines.append(f"| {name} | {len(rows)} | {sum(x['detected'] for x in rows)} | "
+                     f"{statistics.median(x['seconds'] for x in rows):.2f} |")
+    b = r["beside"]
+    lines += ["", f"Beside the attacks (dp-sgd clip 1, σ 1, 4 steps, 200 canaries, `--with-attacks`; the DP audit itself {b['cost_seconds']:.1f} s, the attacks' run not included):",
+              ""] + [f"> {line}" for line in b["lines"]]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
@@ -115,6 +155,8 @@ def main() -> int:
     text = DOC.read_text()
     new = _replace(text, BEGIN, END, block(json.loads(RESULTS.read_text())))
     new = _replace(new, BEGIN_SGD, END_SGD, block_sgd(json.loads(RESULTS_SGD.read_text())))
+    if RESULTS_CHECKS.exists():
+        new = _replace(new, BEGIN_CHECKS, END_CHECKS, block_checks(json.loads(RESULTS_CHECKS.read_text())))
     if args.check:
         return 0 if new == text else 1
     DOC.write_text(new)

@@ -6,7 +6,9 @@ With ``level="example"`` (``fedleak dp-audit --level example --defense dp-sgd:cl
 client's DP-SGD with Dirac gradient canaries instead (Steinke et al. §7), beside Opacus's RDP and PRV ε.
 Modules: :mod:`.gdp` (closed forms), :mod:`.canaries`, :mod:`.federation`, :mod:`.one_run` (Steinke et al.;
 Mahloujifar et al.), :mod:`.estimate` (Andrew et al.), :mod:`.accountants`, :mod:`.diagnose`, :mod:`.report`;
-example level: :mod:`.sgd_canaries`, :mod:`.sgd_run`, :mod:`.sgd_diagnose`, :mod:`.sgd_audit`.
+example level: :mod:`.sgd_canaries`, :mod:`.sgd_run`, :mod:`.sgd_diagnose`, :mod:`.sgd_audit`; Flower's LocalDpMod:
+:mod:`.local_dp`; DP-LoRA updates (``level="lora"``, Opacus #820): :mod:`.lora_check`, :mod:`.lora_audit`; beside
+the reconstruction audit at the same σ: :mod:`.beside`.
 """
 
 from .audit import dp_audit

@@ -28,9 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--defense", action="append", metavar="SPEC", required=True,
                    help="the claimed DP: flower-central-dp:noise=σ,clip=C,clients=K (client level) or "
                         "dp-sgd:clip=C,noise=σ (example level: DP-SGD inside a client, q = batch/samples)")
-    g.add_argument("--level", choices=["client", "example"],
-                   help="what is audited: client-level DP of the federation, or the example-level DP-SGD of one "
-                        "client (default: the level --defense names)")
+    g.add_argument("--level", choices=["client", "example", "lora"],
+                   help="what is audited: client-level DP of the federation, the example-level DP-SGD of one "
+                        "client, or (lora) the clients' DP-LoRA updates against DP-SGD on the adapters, Opacus #820 "
+                        "(default: the level --defense names)")
+    g.add_argument("--lora", type=float, help="LoRA rank R of the model's adapters (--level lora)")
+    g.add_argument("--lora-reply", metavar="BEFORE,AFTER", help="--level lora: also check a real client's saved "
+                   "reply (two tensor files: the weights it got, the reply it sent)")
     g = p.add_argument_group("the audit")
     g.add_argument("--canaries", type=float, default=1000, help="canary clients m (--level example: Dirac gradient "
                    "canaries, m ≤ parameters), each inserted with probability 1/2 (default 1000)")
@@ -41,7 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="headline threat model (both are reported)")
     g.add_argument("--fault", action="append", metavar="FAULT",
                    help="simulate a misconfiguration: noise=F (F × the claimed noise), no-dp=I,J (clients without "
-                        "clipping), clip-after-noise; --level example: noise=F (F = 0: noise off), no-clip")
+                        "clipping), clip-after-noise; --level example: noise=F (F = 0: noise off), no-clip; --level lora: "
+                        "lora-unprocessed=I,J, lora-partial=I,J, lora-base-moves=I,J")
+    g.add_argument("--leakage-metrics", metavar="PATH", help="metrics.json of `fedleak audit --defense` at the same "
+                   "σ and clip: its reconstruction results are reported beside the ε (docs/dp-audit.md)")
+    g.add_argument("--with-attacks", action="store_true", help="run a quick `fedleak audit` (FedSGD, 1 image, 2 "
+                   "clients) at the audited defense and report what its attacks recover beside the ε")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-plot", action="store_true", help="skip dp-audit.png")
     g.add_argument("--quiet", action="store_true", help="no progress output")
@@ -61,7 +70,10 @@ def run_from_args(args, log=print) -> dict:
                       rounds=_number(args.rounds), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                       canaries=_number(args.canaries), canary_scale=args.canary_scale, delta=args.delta,
                       seed=args.seed, threat=args.threat, fault=args.fault or (), out=args.out,
-                      log=None if args.quiet else log, plot=not args.no_plot, level=args.level)
+                      log=None if args.quiet else log, plot=not args.no_plot, level=args.level,
+                      lora=_number(args.lora) if args.lora is not None else None,
+                      lora_reply=args.lora_reply, leakage_metrics=args.leakage_metrics,
+                      with_attacks=args.with_attacks)
     for line in result["summary"]:
         log(line)
     return result

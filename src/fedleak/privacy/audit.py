@@ -31,7 +31,7 @@ from .gdp import composed_mu
 from .one_run import lower_bounds
 
 THREATS = ("all-iterates", "final-model")
-LEVELS = ("client", "example")
+LEVELS = ("client", "example", "lora")
 MAX_CANARIES = 1_000_000
 
 
@@ -59,13 +59,16 @@ def parse_claim(defense, level: Optional[str]):
         parsed, _, privacy = parse_defenses(specs)
     except FedleakError as exc:
         raise FedleakError(f"--defense: {exc}") from None
-    if isinstance(parsed, UpdateFilter) and parsed.kind == "flower-central-dp":
+    if isinstance(parsed, UpdateFilter) and parsed.kind in ("flower-central-dp", "flower-local-dp"):
         found = "client"
     elif getattr(parsed, "kind", None) == "dp-sgd":
         found = "example"
     else:
-        raise FedleakError("--defense: dp-audit audits client-level DP (flower-central-dp:noise=σ,clip=C,clients=K) "
+        raise FedleakError("--defense: dp-audit audits client-level DP (flower-central-dp:noise=σ,clip=C,clients=K, "
+                           "flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D with --clients K) "
                            "or a client's example-level DP-SGD (dp-sgd:clip=C,noise=σ with --level example)")
+    if level == "lora" and found == "example":  # DP-SGD on a LoRA model's adapters (:mod:`.lora_audit`)
+        found = "lora"
     if level is not None and level != found:
         want = "dp-sgd:clip=C,noise=σ" if level == "example" else "flower-central-dp:noise=σ,clip=C,clients=K"
         raise FedleakError(f"--level {level} audits {'DP-SGD' if level == 'example' else 'client-level DP'}: give "
@@ -87,12 +90,15 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
              samples: int = 20, rounds: int = 10, epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
              threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True,
-             level: Optional[str] = None) -> dict:
+             level: Optional[str] = None, lora: Optional[int] = None, lora_reply=None, leakage_metrics=None,
+             with_attacks: bool = False) -> dict:
     """Run the audit; returns the ``dp-audit.json`` content and writes it (and the plot) into ``out`` if given.
 
-    ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``) or
-    ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`); by default the
-    level the defense names."""
+    ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``),
+    ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`) or ``"lora"``
+    (the clients' DP-LoRA updates checked against DP-SGD on the adapters, ``lora`` = R, :mod:`.lora_audit`); by
+    default the level the defense names. ``leakage_metrics`` (a ``fedleak audit`` metrics.json at the same
+    defense) or ``with_attacks`` (run a quick one) put the reconstruction results beside the ε (:mod:`.beside`)."""
     import os
 
     from ..config.boundary import api_arguments
@@ -108,7 +114,9 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
                   fault=(fault, (str, list, tuple), "a list of fault specs"),
                   clients=(clients, (int, type(None)), "a number of clients or None"),
                   canary_scale=(canary_scale, (int, float), "a number"), model_seed=(model_seed, int, "a seed"),
-                  threat=(threat, str, "all-iterates or final-model"))
+                  threat=(threat, str, "all-iterates or final-model"),
+                  lora=(lora, (int, type(None)), "a LoRA rank or None"),
+                  with_attacks=(with_attacks, bool, "true or false"))
     started = time.perf_counter()
     rounds = _positive("--rounds", rounds, integer=True, upper=100_000)
     m = _positive("--canaries", canaries, integer=True, upper=MAX_CANARIES)
@@ -129,7 +137,14 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     lr = _positive("--lr", lr)
     parsed, level, privacy = parse_claim(defense, level)
     protocol = Protocol("fedavg", epochs, batch_size, lr, True)
-    if level == "example":
+    if level == "lora":
+        from .lora_audit import prepare_lora, run_lora_audit
+        from .sgd_audit import claimed_dpsgd
+
+        noise, clip = claimed_dpsgd(parsed, privacy)
+        prepared = prepare_lora(locals())
+        runner = run_lora_audit
+    elif level == "example":
         from .sgd_audit import claimed_dpsgd, prepare, run_example_audit
         from .sgd_run import SGDFault
 
@@ -139,6 +154,20 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
         sgd_fault = SGDFault.parse(fault)
         prepared = prepare(locals())
         runner = run_example_audit
+    elif parsed.kind == "flower-local-dp":  # Flower's LocalDpMod on every client (:mod:`.local_dp`)
+        from .local_dp import LocalDp, aggregate_noise
+
+        if clients is None:
+            raise FedleakError("--clients: flower-local-dp names no client count; give --clients K")
+        k = _positive("--clients", clients, integer=True, upper=100_000)
+        faults = Fault.parse(fault, k)
+        if faults.noise_factor != 1.0 or faults.clip_after_noise:
+            raise FedleakError("--fault: with flower-local-dp only no-dp=I,J (the mod missing on clients I, J)")
+        local = LocalDp.from_filter(parsed)
+        probe = Canaries(m, 1, seed, canary_scale, k)
+        on = probe.included & ~np.isin(probe.node(np.arange(m)), list(faults.no_dp_clients))
+        setting = DPSetting(aggregate_noise(local, k - len(faults.no_dp_clients) + int(on.sum())), local.clip, rounds)
+        runner = _run
     else:
         setting, k = claimed_setting(parsed, rounds, clients)
         faults = Fault.parse(fault, k)
@@ -147,6 +176,17 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
 
             adaptive_noise(setting.noise, k + int(Canaries(m, 1, seed, canary_scale).included.sum()))
         runner = _run
+    leakage = None
+    if leakage_metrics is not None or with_attacks:
+        from .beside import read_leakage
+
+        if level == "lora":
+            raise FedleakError("--leakage-metrics/--with-attacks: not with --level lora (no σ-level ε to set beside)")
+        if leakage_metrics is not None and with_attacks:
+            raise FedleakError("--with-attacks: give it or --leakage-metrics, not both")
+        if leakage_metrics is not None:
+            leakage = read_leakage(leakage_metrics, defense)
+    runner = _beside(runner, leakage, with_attacks)
     if out is None:
         return runner(locals(), None)
     from ..runs.lock import OutLock
@@ -155,6 +195,27 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     out_dir = prepare_out_dir(out, "--out")
     with OutLock(out_dir, "fedleak dp-audit"):  # a second dp-audit on this --out refuses before any work
         return runner(locals(), out_dir)
+
+
+def _beside(runner, leakage: Optional[dict], with_attacks: bool):
+    """``runner`` followed by the reconstruction audit at the same σ (:mod:`.beside`), the report rewritten."""
+    if leakage is None and not with_attacks:
+        return runner
+
+    def run(a: dict, out_dir: Optional[Path]) -> dict:
+        from .beside import gap_lines, run_leakage
+
+        result = runner(a, out_dir)
+        leak = leakage or run_leakage(a["defense"], model=a["model"], data=a["data"], data_root=a["data_root"],
+                                      seed=a["seed"], model_seed=a["model_seed"], out_dir=out_dir)
+        lines = gap_lines(result, leak)
+        result["leakage_beside"] = {**leak, "lines": lines}
+        result["summary"] = [*result["summary"], *lines]
+        if out_dir is not None:
+            (out_dir / "dp-audit.json").write_text(json.dumps(result, indent=2, allow_nan=True) + "\n")
+        return result
+
+    return run
 
 
 def _run(a: dict, out_dir: Optional[Path]) -> dict:
@@ -172,7 +233,8 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     net = models.build(model, spec, seed=a["model_seed"])
     dim = sum(p.numel() for p in net.parameters())
     canary_set = Canaries(m, dim, seed, canary_scale, k)
-    fed = run_federation(net, client_data, protocol, setting, canary_set, fault=faults, seed=seed, log=log)
+    local = a.get("local")
+    fed = run_federation(net, client_data, protocol, setting, canary_set, fault=faults, seed=seed, log=log, local=local)
     analysis_start = time.perf_counter()
     mu_claimed = composed_mu(setting.noise, rounds)
     bounds = {t: lower_bounds(fed.scores[t], fed.included, delta) for t in THREATS}
@@ -203,6 +265,31 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
                                 "curve); estimates.*.epsilon_separate_variances with one variance each",
             "epsilon_accountant": "exact GDP (Dong, Roth, Su Cor. 2.13/3.3), Opacus RDP and PRV (q = 1), Flower RdpAccountant"},
     }
+    if local is not None:
+        from .local_dp import implied_epsilons, sensitivity_finding
+
+        result["epsilon_accountant"] = implied_epsilons(local, rounds, delta)
+        result["setting"] = {"defense": f"flower-local-dp:clip={local.clip:g},sensitivity={local.sensitivity:g},"
+                                        f"epsilon={local.epsilon:g},delta={local.delta:g}", "clients": k,
+                             "noise": local.client_noise, "clip": local.clip, "noise_std": local.std,
+                             "mu_gdp_per_client": composed_mu(local.client_noise, rounds),
+                             "aggregate_noise": setting.noise, "mu_gdp": mu_claimed, "clipping": "fixed",
+                             "mod": "flwr.client.mod.LocalDpMod (flwr 1.42), fedleak.fl.update_filters.flower_local_dp",
+                             "mod_missing_on": list(faults.no_dp_clients)}
+        acc = result["epsilon_accountant"]
+        claim_line = (f"Claimed by Flower's LocalDpMod: ε = {local.epsilon:g} per round at δ = {local.delta:g} per "
+                      f"client ({acc['flower_basic_composition']:g} over {rounds} rounds by basic composition); the "
+                      f"canaries see the average of the noisy replies (claim μ = {mu_claimed:.2f}-GDP for it), so "
+                      "the proved loss bounds the per-client ε from below, loosely.")
+        missing = [f"Estimated: LocalDpMod is missing on clients {', '.join(map(str, check['flagged_clients']))}: "
+                   "their replies and canaries reach the server unclipped and without the mod's noise (mod setting; "
+                   "Flower FLIP #1122: the local DP mod is opt-in per client)."] if check["flagged_clients"] else []
+        check["findings"] = [claim_line, *sensitivity_finding(local), *missing, *check["findings"]]
+        check["detected"] = check["detected"] or bool(sensitivity_finding(local))
+        result["methods"]["epsilon_accountant"] = ("per client: LocalDpMod's (E, D) per round and basic composition; "
+                                                   "the Gaussian mechanism of multiplier s/C over T rounds (exact GDP, "
+                                                   "Opacus RDP/PRV q = 1, Flower RdpAccountant); the canary claim "
+                                                   "test uses the aggregate's μ (setting.mu_gdp)")
     if setting.adaptive:
         from .federation import CLIP_NORM_LR, TARGET_QUANTILE
 

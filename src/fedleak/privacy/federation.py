@@ -153,8 +153,14 @@ def _clip(x: torch.Tensor, norm: float) -> torch.Tensor:
 
 
 def run_federation(model, clients, protocol: Protocol, dp: DPSetting, canaries: Canaries, *, fault: Fault = Fault(),
-                   seed: int = 0, log: Optional[Callable[[str], None]] = None) -> FederationResult:
-    """Run T rounds of DP-FedAvg with ``clients`` (fedleak ClientData) and ``canaries``; score every canary."""
+                   seed: int = 0, log: Optional[Callable[[str], None]] = None, local=None) -> FederationResult:
+    """Run T rounds of DP-FedAvg with ``clients`` (fedleak ClientData) and ``canaries``; score every canary.
+
+    ``local`` (a :class:`.local_dp.LocalDp`): Flower's ``LocalDpMod`` on every client instead of the server's noise
+    (:mod:`.local_dp`): each real client's reply goes through :func:`fedleak.fl.update_filters.flower_local_dp`
+    (Flower's own clipping and noise, bit for bit), each included canary client clips to C and its own noise
+    N(0, s²I) joins the sum (drawn as one N(0, n·s²I) for the n canary clients: equal in distribution); the
+    clients of ``fault.no_dp_clients`` run without the mod (raw updates, their canaries unclipped)."""
     start_time = time.perf_counter()
     params, buffers = params_of(model), buffers_of(model)
     theta0 = _flat(params)
@@ -182,6 +188,10 @@ def run_federation(model, clients, protocol: Protocol, dp: DPSetting, canaries: 
     current = dict(params)
     sampled = k_clients + m_in
     count_sd, update_noise = adaptive_noise(dp.noise, sampled) if dp.adaptive else (0.0, dp.noise)
+    if local is not None:  # the canary clients' own LocalDpMod noise, summed; no server noise
+        nodes = canaries.node(np.arange(canaries.count))
+        with_mod = int((included & ~np.isin(nodes, list(unclipped_nodes))).sum())
+        update_noise = local.std * math.sqrt(with_mod) / c
     # canaries above the clip norm are clipped every round (Flower's norm bit: scaling factor < 1)
     canaries_clipped = int((included & (canaries.raw_norm(np.arange(canaries.count)) > 1)).sum())
     c_t, clip_norms = c, []
@@ -194,7 +204,9 @@ def run_federation(model, clients, protocol: Protocol, dp: DPSetting, canaries: 
                                    params=current, buffers=buffers)
             delta = _flat(update.final_params()) - _flat(current)
             clipped += int(float(delta.norm()) > c_t)
-            if not (fault.clip_after_noise or k in unclipped_nodes):
+            if local is not None and k not in unclipped_nodes:
+                delta = local.release(current, update.final_params(), seed, t, k) - _flat(current)
+            elif not (fault.clip_after_noise or k in unclipped_nodes):
                 delta = _clip(delta, c_t)
             total += delta
         noise = torch.randn(d, generator=noise_gen) * (fault.noise_factor * update_noise * c_t)
