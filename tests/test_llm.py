@@ -68,6 +68,41 @@ def test_lora_dropout_is_seeded_by_the_client_update(lm):
     assert any(not torch.equal(a[k], c[k]) for k in a)  # the masks differ with the seed: dropout acts
 
 
+# -- DAGER through LoRA, rounds 1 and >= 2 -----------------------------------------------------------
+@pytest.mark.parametrize("rank,batch,warmup", [(16, 1, 0), (16, 1, 3), (32, 2, 0), (32, 2, 3)],
+                         ids=["r16-1x8-round1", "r16-1x8-round2", "r32-2x8-round1", "r32-2x8-round2"])
+def test_dager_through_lora_in_round_one_and_later_rounds(rank, batch, warmup):
+    """Round 1 (B = 0): the span lives in B's gradient (A·x); a later round (B ≠ 0, here after Adam warm-up
+    steps): A's gradient spans the inputs x, at most r of them. PEFT's default targets (q_proj, v_proj) on a
+    RoPE decoder: the query at position 0 has no gradient, so only v_proj's span is tested there."""
+    from fedleak import metrics
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=batch, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=rank, lora_targets="peft", lora_warmup=warmup)
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=0.01), seed=0)
+    b_moved = any(float(v.abs().max()) > 0 for k, v in update.server_params.items() if "lora_B" in k)
+    assert b_moved == (warmup > 0)
+    rec = build("dager").reconstruct(update, model, spec)
+    names = [sp["name"] for sp in rec.extras["first"]["spans"]]
+    assert names == ["model.layers.0.self_attn.v_proj." + ("lora_A" if warmup else "lora_B")]
+    assert rec.extras["exactness"]["holds"] and rec.extras["exactness"]["limit"] == rank
+    assert metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)["exact_sequences"] == 1.0
+
+
+def test_dager_lora_later_round_limit_is_the_rank():
+    """B ≠ 0: A's gradient BᵀG·Xᵀ holds at most r directions, so 16 token inputs exceed rank 8 (not width 128)."""
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=8, lora_targets="peft", lora_warmup=3)
+    rec = build("dager").reconstruct(client_update(model, clients[0], Protocol("fedsgd", lr=0.01), seed=0),
+                                     model, spec)
+    exact = rec.extras["exactness"]
+    assert exact["holds"] is False and exact["limit"] == 8 and exact["tokens"] >= 14
+    assert rec.inputs.shape[0] == 0 and not rec.extras["certain"]
+
+
 # -- membership of candidate documents -------------------------------------------------------------
 def test_membership_alignment_separates_members_on_llama_tiny(lm):
     """LoRA r 8, dropout 0.075 (FlowerTune's), 2 local steps: members score above non-members."""

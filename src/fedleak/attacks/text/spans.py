@@ -72,17 +72,21 @@ class Span:
     singular: torch.Tensor
     transform: Optional[torch.Tensor] = None
     name: str = ""
+    #: the most directions the gradient can hold whatever the inputs (a LoRA A's gradient BᵀG·Xᵀ: the rank r)
+    cap: Optional[int] = None
 
     @classmethod
     def from_matrix(cls, matrix: torch.Tensor, name: str = "", transform: Optional[torch.Tensor] = None,
-                    rank: Optional[int] = None) -> "Span":
-        """The span of the columns of ``matrix`` (k × m), rank from :func:`gap_rank` unless given."""
+                    rank: Optional[int] = None, cap: Optional[int] = None) -> "Span":
+        """The span of the columns of ``matrix`` (k × m), rank from :func:`gap_rank` unless given; ``cap``
+        bounds the width (the span is proper only below it)."""
         m = matrix.detach().double()
         u, s, _ = torch.linalg.svd(m, full_matrices=True)
         r, gap = gap_rank(s, tuple(m.shape))
         if rank is not None:
             r = rank
-        return cls(u[:, :r].contiguous(), u[:, r:].contiguous(), r, m.shape[0], gap, s, transform, name)
+        width = m.shape[0] if cap is None else min(m.shape[0], cap)
+        return cls(u[:, :r].contiguous(), u[:, r:].contiguous(), r, width, gap, s, transform, name, cap)
 
     @property
     def proper(self) -> bool:
@@ -115,7 +119,7 @@ class Span:
         u = torch.cat([self.basis, self.complement], dim=1)
         rank = max(1, min(int(rank), u.shape[1] - 1))
         return Span(u[:, :rank].contiguous(), u[:, rank:].contiguous(), rank, self.width, self.gap, self.singular,
-                    self.transform, self.name)
+                    self.transform, self.name, self.cap)
 
     def describe(self) -> dict:
         return {"name": self.name, "rank": self.rank, "width": self.width, "gap": self.gap}
@@ -134,11 +138,14 @@ def effective_width(span: Span, inputs: torch.Tensor) -> int:
     """The dimension the layer's inputs can reach, from ``inputs`` (…, d) of random tokens.
 
     A LayerNorm without bias feeds centred vectors (rank ≤ d − 1), a LoRA A maps into r dimensions:
-    a span is proper only below this width, not below d. Sets and returns ``span.width``.
+    a span is proper only below this width, not below d; a LoRA A's own gradient holds at most r
+    directions (``span.cap``). Sets and returns ``span.width``.
     """
     x = inputs.reshape(-1, inputs.shape[-1]).double()
     if span.transform is not None:
         x = x @ span.transform.double().T
     s = torch.linalg.svdvals(x)
     span.width = gap_rank(s, tuple(x.shape))[0]
+    if span.cap is not None:
+        span.width = min(span.width, span.cap)
     return span.width
