@@ -103,6 +103,26 @@ def test_dager_lora_later_round_limit_is_the_rank():
     assert rec.inputs.shape[0] == 0 and not rec.extras["certain"]
 
 
+def test_dager_under_lora_dropout_grows_a_beam_and_says_dropout_fails_the_proof():
+    """LoRA dropout 0.075 (FlowerTune's): the span holds masked copies of the inputs, no candidate lies in it.
+    The candidates are the span's rank many closest tokens, the prefixes grow as a beam on the summed log
+    distance (DAGER §4.2's ranking; repeated tokens cost extra); the sequences come back whole but unproved."""
+    from fedleak import metrics
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=32, lora_targets="peft", lora_dropout=0.075)
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=0.01), seed=0)
+    rec = build("dager").reconstruct(update, model, spec)
+    assert rec.extras["growth"]["selected_by"].startswith("summed log distance")
+    assert metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)["exact_sequences"] == 1.0
+    exact = rec.extras["exactness"]
+    assert exact["holds"] and not rec.extras["certain"] and exact["dropout"] == "LoRA p=0.075 × 4"
+    assert "dropout, not rank, is what fails" in exact["reason"]
+    plain = build("dager", dropout_beam=False).reconstruct(update, model, spec)  # the split of the exact test
+    assert metrics.evaluate(plain, clients[0], spec, tokenizer=model.tokenizer)["exact_sequences"] == 0.0
+
+
 # -- membership of candidate documents -------------------------------------------------------------
 def test_membership_alignment_separates_members_on_llama_tiny(lm):
     """LoRA r 8, dropout 0.075 (FlowerTune's), 2 local steps: members score above non-members."""

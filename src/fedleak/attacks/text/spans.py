@@ -41,10 +41,12 @@ def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] 
     return best + 1, float(ratios[best])
 
 
-def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = ()) -> float:
+def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = (), at_least: int = 0) -> float:
     """The threshold at the largest gap of log distances (with optional anchor values from earlier steps).
 
     Returns the geometric mean of the two values around the gap; +inf for fewer than two values.
+    ``at_least``: only gaps that leave at least that many values below (under dropout the span's rank, the
+    number of distinct inputs, bounds the candidates from below while their distances are spread out).
     """
     values = torch.cat([distances.detach().double().reshape(-1),
                         torch.tensor(list(anchors), dtype=torch.float64)]).clamp_min(1e-30)
@@ -52,6 +54,8 @@ def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = ()) -> flo
         return math.inf
     logs = values.log().sort().values
     gaps = logs[1:] - logs[:-1]
+    if at_least > 1:
+        gaps[:min(at_least - 1, gaps.numel() - 1)] = -math.inf
     i = int(torch.argmax(gaps))
     return float(((logs[i] + logs[i + 1]) / 2).exp())
 
