@@ -183,6 +183,36 @@ def test_flowertune_audit_states_the_condition_and_measures_membership(tmp_path)
     assert "Membership of candidate documents" in (out / "report.html").read_text(encoding="utf-8")
 
 
+def test_flowertune_audit_attacks_a_later_round(tmp_path):
+    """--lora-warmup: the server's adapters after earlier rounds (B ≠ 0); one local step of 2 × 8 tokens under
+    rank 32 (dropout off on request): DAGER reads the round's update through A's gradient, both sequences whole.
+    At lr 1e-2: at FlowerTune's 5e-5 the float32 rounding of the adapters sent, times 1/lr, buries the span
+    (next test)."""
+    out = tmp_path / "out"
+    code = main(["audit", "--data", "text", "--model", "llama-tiny", "--flowertune", "--seq-len", "8",
+                 "--samples", "2", "--batch-size", "2", "--lora", "32", "--lora-dropout", "0", "--lora-warmup", "3",
+                 "--lr", "0.01", "--membership", "4", "--quiet", "--out", str(out)])
+    assert code == 0
+    result = json.loads((out / "metrics.json").read_text())
+    dager = result["points"][0]["scenarios"]["fedavg"]["attacks"]["dager"]
+    assert dager["exactness"]["holds"] is True and dager["exactness"]["limit"] == 32
+    assert dager["exact_sequences"] == 1.0
+
+
+def test_later_round_at_flowertune_lr_is_buried_in_weight_rounding():
+    """FedAvg sends θᶜ in float32: (θˢ − θᶜ)/η carries the rounding of B ≠ 0 magnified by 1/η. At lr 5e-5 it
+    fills the span (no gap above the known rounding level): the condition fails and says why, nothing certain."""
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=32, lora_targets="peft", lora_warmup=3)
+    update = client_update(model, clients[0], Protocol("fedavg", epochs=1, batch_size=2, lr=5e-5), seed=0)
+    rec = build("dager").reconstruct(update, model, spec)
+    exact = rec.extras["exactness"]
+    assert exact["holds"] is False and exact.get("noise_filled") and "float32 rounding" in exact["reason"]
+    assert not rec.extras["certain"]
+
+
 def test_candidate_files_and_gguf_inputs_refused_in_one_line(tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n \n", encoding="utf-8")

@@ -31,7 +31,7 @@ from .common import exactness, first_inputs_fn, param_points, simulate, task_of,
 from .final_token import recover_final
 from .incremental import last_inputs
 from .probes import capture, is_causal, model_type, probes
-from .spans import effective_width
+from .spans import effective_width, rounding_noise
 from .search import grow_causal, outside_level, search_encoder, token_candidates
 from .verify import verify as verify_update
 
@@ -67,7 +67,7 @@ class Dager(Attack):
         length = int(spec.shape[-1])
         n = int(update.num_samples)
         gradient = update.pseudo_gradient()
-        first, second = probes(model, gradient, update.server_params)
+        first, second = probes(model, gradient, update.server_params, rounding_of(update))
         causal, task = is_causal(model), task_of(model)
         gen = torch.Generator().manual_seed(opts.seed)
         limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
@@ -180,6 +180,17 @@ class Dager(Attack):
         finals, info = recover_final(model, update.server_params, update.pseudo_gradient(), prefixes,
                                      lambda ids: simulate(model, update, ids), dummy)
         return torch.cat([prefixes, finals.unsqueeze(1)], 1), info
+
+
+def rounding_of(update: Update) -> dict:
+    """FedAvg: per parameter the std of the float32 rounding in its pseudo-gradient entries
+    (:func:`~.spans.rounding_noise`): the weights the client sends are rounded, and (θˢ − θᶜ)/η magnifies that
+    by 1/η — in a later LoRA round (B ≠ 0) at FlowerTune's lr 5e-5 far above float32's ε. Empty for FedSGD."""
+    if update.is_fedsgd or update.client_params is None:
+        return {}
+    steps = max(1, update.num_steps)
+    return {k: rounding_noise(update.server_params[k], update.client_params[k], update.protocol.lr, steps)
+            for k in update.server_params}
 
 
 def dropout_in_training(model) -> str:

@@ -36,7 +36,8 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     ``advance()`` (progress, :mod:`fedleak.attacks.progress`) is called after every vocabulary chunk.
     Returns (candidates per position sorted by distance, distances (V, L), threshold).
     ``positional`` False (RoPE): the input does not depend on the position, one column is computed.
-    ``at_least``: the threshold leaves at least that many (token, position) inputs below it (dropout).
+    ``at_least``: the threshold leaves at least that many (token, position) inputs below it, and at most twice
+    as many (dropout: the span's rank counts the distinct inputs; no gap separates masked copies).
     """
     width = length if positional else 1
     parts = []
@@ -48,7 +49,8 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     dist = torch.cat(parts)
     if not positional:
         dist = dist.expand(-1, length)
-    tau = gap_threshold(_lowest(dist if positional else dist[:, :1]), at_least=at_least)
+    tau = gap_threshold(_lowest(dist if positional else dist[:, :1]), at_least=at_least,
+                        at_most=2 * at_least if at_least else None)
     cands = []
     for p in range(length):
         col = dist[:, p]
