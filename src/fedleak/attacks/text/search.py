@@ -23,6 +23,9 @@ from .spans import gap_threshold
 
 #: beam growth under dropout: the added log distance per earlier use of the same token in a prefix
 REPEAT_COST = math.log(2.0)
+#: ... and for a token equal to the one before it (under RoPE "v v" feeds the second probe the input of "v"
+#: at position 0 again: as close as a true first token, and rare in text)
+DOUBLED_COST = math.log(16.0)
 
 Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B, T) of the probe inputs
 
@@ -127,7 +130,9 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             # a token the prefix already holds costs log 2 per earlier use: under RoPE, chains that cycle through
             # a few tokens stay as close to the masked span as the true continuation (see select_spanning)
             repeats = (pairs[:, :-1] == pairs[:, -1:]).sum(1).double()
-            total = score.repeat_interleave(cand.numel()) + dist.clamp_min(1e-30).log() + REPEAT_COST * repeats
+            doubled = (pairs[:, -2] == pairs[:, -1]).double() if t else torch.zeros(pairs.shape[0], dtype=torch.float64)
+            total = (score.repeat_interleave(cand.numel()) + dist.clamp_min(1e-30).log() + REPEAT_COST * repeats
+                     + DOUBLED_COST * doubled)
             keep = total.argsort()[:cap]
             score, prefixes = total[keep], pairs[keep]
             worst = worst.repeat_interleave(cand.numel())[keep]
