@@ -143,7 +143,12 @@ def plot(record: dict, path: Path) -> None:
     fig.suptitle(f"DAGER exact share on {record['model']}, FedSGD round 1 (B = 0), 1 local step; "
                  f"{env.get('threads', '?')} thread(s), load {env.get('load_average', ['?'])[0]:.1f}"
                  if env else record["model"], fontsize=9)
-    fig.tight_layout()
+    skipped = record.get("not_run", {})
+    if skipped:
+        fig.text(0.5, 0.005, "not run (2 CPU cores): " + "; ".join(f"{k.replace('_', ' ')} {v}"
+                                                               for k, v in skipped.items()),
+                 ha="center", fontsize=8, color="#555555")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

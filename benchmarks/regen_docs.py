@@ -179,11 +179,13 @@ def llm_boundary() -> str:
                 c = cells.get(f"{b}x{n}-{tag}-{dropout}")
                 out.append("not run" if c is None else
                            f"{100 * c['exact_share']:.0f} %" + (" ✓" if c["certain"] else "")
-                           + ("" if c["holds"] else " (limit)"))
+                           + ("" if c["holds"] else " (limit)")
+                           + (f" (R1 {c['rouge1']:.2f})" if 0 < c["rouge1"] and c["exact_share"] < 1 else ""))
             rows.append(f"| {label} | " + " | ".join(out) + " |")
     env = d["environment"]
     return ("\n".join(rows) + f"\n\nExact share of N sequences of L tokens; ✓ proved (the update recomputed from "
-            f"them matched); (limit): DAGER's condition fails (N·L token inputs against the span dimension). "
+            f"them matched); (limit): DAGER's condition fails (N·L token inputs against the span dimension); R1: ROUGE-1 of "
+            f"a partial recovery. "
             f"{len(cells)} cells measured, {env['threads']} thread, load average {env['load_average'][0]:.1f} at "
             f"the start; `benchmarks/results/llm_boundary.json`, plot `docs/llm-boundary.png`.\n")
 
