@@ -148,14 +148,15 @@ def llm_dager() -> str:
     """DAGER on SmolLM2 (``bench_llm.py dager``): one row per results file, per client figures."""
     files = ["llm_dager.json", "llm_dager_4x16.json", "llm_dager_16x32.json"]
     files += [f for f in ("llm_dager_lora128_round1.json", "llm_dager_lora128_round2.json",
-                          "llm_dager_lora32_dropout.json") if (RESULTS / f).is_file()]
+                          "llm_minilm_dropout.json") if (RESULTS / f).is_file()]
     rows = ["| N × L | training | dropout | exact sequences (final token included) | proved per client | "
             "ROUGE-1 | CPU s per client | load average | file |", "|---|---|---|--:|---|--:|---|--:|---|"]
     for name in files:
         d = _load(name)
         clients = d["per_client"]
         cpu = ", ".join(f"{c['cpu_seconds']:.0f}" for c in clients)
-        rows.append(f"| {d['batch']} × {d['seq_len']} | {d['training']} | "
+        model = "" if d["model"].startswith("smollm2") else f"{d['model'].split(' ')[0]}: "
+        rows.append(f"| {d['batch']} × {d['seq_len']} | {model}{d['training']} | "
                     f"{d.get('dropout', 'shipped (build default)')}; acting: {d.get('dropout_acting', 'none')} | "
                     f"{100 * d['exact_share']:.0f} % | {sum(bool(c['certain']) for c in clients)} of {len(clients)} | "
                     f"{d['rouge1']:.2f} | {cpu} | "
