@@ -21,7 +21,7 @@ import torch
 
 
 #: with a known noise level, the least ratio σ_r/σ_{r+1} that counts as the edge of the data's span
-NOISE_GAP = 10.0
+NOISE_GAP = 4.0
 
 
 def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] = None,
