@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-DOCS = (ROOT / "docs" / "verdict.md", ROOT / "docs" / "performance.md", ROOT / "docs" / "text-attacks.md")
+DOCS = (ROOT / "docs" / "verdict.md", ROOT / "docs" / "performance.md", ROOT / "docs" / "text-attacks.md",
+        ROOT / "docs" / "llm.md")
 BLOCK = re.compile(r"(<!-- regen:([\w-]+) -->\n)(.*?)(<!-- /regen:\2 -->)", re.S)
 
 
@@ -198,9 +199,56 @@ def text_heldout() -> str:
     return head + "\n".join(rows) + foot
 
 
+def llm_dager() -> str:
+    """DAGER on SmolLM2 (``bench_llm.py dager``): one row per results file, per client figures."""
+    files = ["llm_dager.json", "llm_dager_4x16.json", "llm_dager_16x32.json"]
+    files += [f for f in ("llm_dager_lora128_round1.json", "llm_dager_lora128_round2.json",
+                          "llm_minilm_dropout.json") if (RESULTS / f).is_file()]
+    rows = ["| N × L | training | dropout | exact sequences (final token included) | proved per client | "
+            "ROUGE-1 | CPU s per client | load average | file |", "|---|---|---|--:|---|--:|---|--:|---|"]
+    for name in files:
+        d = _load(name)
+        clients = d["per_client"]
+        cpu = ", ".join(f"{c['cpu_seconds']:.0f}" for c in clients)
+        model = "" if d["model"].startswith("smollm2") else f"{d['model'].split(' ')[0]}: "
+        rows.append(f"| {d['batch']} × {d['seq_len']} | {model}{d['training']} | "
+                    f"{d.get('dropout', 'shipped (build default)')}; acting: {d.get('dropout_acting', 'none')} | "
+                    f"{100 * d['exact_share']:.0f} % | {sum(bool(c['certain']) for c in clients)} of {len(clients)} | "
+                    f"{d['rouge1']:.2f} | {cpu} | "
+                    f"{d['environment']['load_average'][0]:.1f} | `benchmarks/results/{name}` |")
+    return "\n".join(rows) + "\n"
+
+
+def llm_boundary() -> str:
+    """The boundary map (``bench_llm_boundary.py``): exact share per cell, "not run" where missing."""
+    d = _load("llm_boundary.json")
+    grid, cells = d["grid"], d["cells"]
+    shapes = [(b, n) for b in grid["batch"] for n in grid["seq_len"]]
+    rows = ["| rank, dropout | " + " | ".join(f"{b} × {n}" for b, n in shapes) + " |",
+            "|---|" + "--:|" * len(shapes)]
+    for rank in grid["lora_rank"]:
+        for dropout in grid["dropout"]:
+            label = ("full fine-tuning" if rank == "full" else f"LoRA r {rank}") + f", {dropout}"
+            out = []
+            for b, n in shapes:
+                tag = "full" if rank == "full" else f"r{rank}"
+                c = cells.get(f"{b}x{n}-{tag}-{dropout}")
+                out.append("not run" if c is None else
+                           f"{100 * c['exact_share']:.0f} %" + (" ✓" if c["certain"] else "")
+                           + ("" if c["holds"] else " (limit)")
+                           + (f" (R1 {c['rouge1']:.2f})" if 0 < c["rouge1"] and c["exact_share"] < 1 else ""))
+            rows.append(f"| {label} | " + " | ".join(out) + " |")
+    env = d["environment"]
+    return ("\n".join(rows) + f"\n\nExact share of N sequences of L tokens; ✓ proved (the update recomputed from "
+            f"them matched); (limit): DAGER's condition fails (N·L token inputs against the span dimension); R1: ROUGE-1 of "
+            f"a partial recovery. "
+            f"{len(cells)} cells measured, {env['threads']} thread, load average {env['load_average'][0]:.1f} at "
+            f"the start; `benchmarks/results/llm_boundary.json`, plot `docs/llm-boundary.png`.\n")
+
+
 TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
-          "gpu-speed": gpu_speed, "text-cases": text_cases,
-          "text-heldout": text_heldout}
+          "gpu-speed": gpu_speed, "text-cases": text_cases, "text-heldout": text_heldout,
+          "llm-dager": llm_dager, "llm-boundary": llm_boundary}
 
 
 def _unbacked_claims(path: Path, text: str) -> list[str]:

@@ -68,6 +68,61 @@ def test_lora_dropout_is_seeded_by_the_client_update(lm):
     assert any(not torch.equal(a[k], c[k]) for k in a)  # the masks differ with the seed: dropout acts
 
 
+# -- DAGER through LoRA, rounds 1 and >= 2 -----------------------------------------------------------
+@pytest.mark.parametrize("rank,batch,warmup", [(16, 1, 0), (16, 1, 3), (32, 2, 0), (32, 2, 3)],
+                         ids=["r16-1x8-round1", "r16-1x8-round2", "r32-2x8-round1", "r32-2x8-round2"])
+def test_dager_through_lora_in_round_one_and_later_rounds(rank, batch, warmup):
+    """Round 1 (B = 0): the span lives in B's gradient (A·x); a later round (B ≠ 0, here after Adam warm-up
+    steps): A's gradient spans the inputs x, at most r of them. PEFT's default targets (q_proj, v_proj) on a
+    RoPE decoder: the query at position 0 has no gradient, so only v_proj's span is tested there."""
+    from fedleak import metrics
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=batch, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=rank, lora_targets="peft", lora_warmup=warmup)
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=0.01), seed=0)
+    b_moved = any(float(v.abs().max()) > 0 for k, v in update.server_params.items() if "lora_B" in k)
+    assert b_moved == (warmup > 0)
+    rec = build("dager").reconstruct(update, model, spec)
+    names = [sp["name"] for sp in rec.extras["first"]["spans"]]
+    assert names == ["model.layers.0.self_attn.v_proj." + ("lora_A" if warmup else "lora_B")]
+    assert rec.extras["exactness"]["holds"] and rec.extras["exactness"]["limit"] == rank
+    assert metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)["exact_sequences"] == 1.0
+
+
+def test_dager_lora_later_round_limit_is_the_rank():
+    """B ≠ 0: A's gradient BᵀG·Xᵀ holds at most r directions, so 16 token inputs exceed rank 8 (not width 128)."""
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=8, lora_targets="peft", lora_warmup=3)
+    rec = build("dager").reconstruct(client_update(model, clients[0], Protocol("fedsgd", lr=0.01), seed=0),
+                                     model, spec)
+    exact = rec.extras["exactness"]
+    assert exact["holds"] is False and exact["limit"] == 8 and exact["tokens"] >= 14
+    assert rec.inputs.shape[0] == 0 and not rec.extras["certain"]
+
+
+def test_dager_under_lora_dropout_grows_a_beam_and_says_dropout_fails_the_proof():
+    """LoRA dropout 0.075 (FlowerTune's): the span holds masked copies of the inputs, no candidate lies in it.
+    The candidates are the span's rank many closest tokens, the prefixes grow as a beam on the summed log
+    distance (DAGER §4.2's ranking; repeated tokens cost extra); the sequences come back whole but unproved."""
+    from fedleak import metrics
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=32, lora_targets="peft", lora_dropout=0.075)
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=0.01), seed=0)
+    rec = build("dager").reconstruct(update, model, spec)
+    assert rec.extras["growth"]["selected_by"].startswith("summed log distance")
+    assert metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)["exact_sequences"] == 1.0
+    exact = rec.extras["exactness"]
+    assert exact["holds"] and not rec.extras["certain"] and exact["dropout"] == "LoRA p=0.075 × 4"
+    assert "dropout, not rank, is what fails" in exact["reason"]
+    plain = build("dager", dropout_beam=False).reconstruct(update, model, spec)  # the split of the exact test
+    assert metrics.evaluate(plain, clients[0], spec, tokenizer=model.tokenizer)["exact_sequences"] == 0.0
+
+
 # -- membership of candidate documents -------------------------------------------------------------
 def test_membership_alignment_separates_members_on_llama_tiny(lm):
     """LoRA r 8, dropout 0.075 (FlowerTune's), 2 local steps: members score above non-members."""
@@ -126,6 +181,36 @@ def test_flowertune_audit_states_the_condition_and_measures_membership(tmp_path)
     assert m["candidates"] == 12 and 0.0 <= m["tpr_at_1pct_fpr"] <= 1.0 and 0.0 <= m["auc"] <= 1.0
     assert "membership-roc.png" in result["plots"] and (out / "membership-roc.png").is_file()
     assert "Membership of candidate documents" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_flowertune_audit_attacks_a_later_round(tmp_path):
+    """--lora-warmup: the server's adapters after earlier rounds (B ≠ 0); one local step of 2 × 8 tokens under
+    rank 32 (dropout off on request): DAGER reads the round's update through A's gradient, both sequences whole.
+    At lr 1e-2: at FlowerTune's 5e-5 the float32 rounding of the adapters sent, times 1/lr, buries the span
+    (next test)."""
+    out = tmp_path / "out"
+    code = main(["audit", "--data", "text", "--model", "llama-tiny", "--flowertune", "--seq-len", "8",
+                 "--samples", "2", "--batch-size", "2", "--lora", "32", "--lora-dropout", "0", "--lora-warmup", "3",
+                 "--lr", "0.01", "--membership", "4", "--quiet", "--out", str(out)])
+    assert code == 0
+    result = json.loads((out / "metrics.json").read_text())
+    dager = result["points"][0]["scenarios"]["fedavg"]["attacks"]["dager"]
+    assert dager["exactness"]["holds"] is True and dager["exactness"]["limit"] == 32
+    assert dager["exact_sequences"] == 1.0
+
+
+def test_later_round_at_flowertune_lr_is_buried_in_weight_rounding():
+    """FedAvg sends θᶜ in float32: (θˢ − θᶜ)/η carries the rounding of B ≠ 0 magnified by 1/η. At lr 5e-5 it
+    fills the span (no gap above the known rounding level): the condition fails and says why, nothing certain."""
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=32, lora_targets="peft", lora_warmup=3)
+    update = client_update(model, clients[0], Protocol("fedavg", epochs=1, batch_size=2, lr=5e-5), seed=0)
+    rec = build("dager").reconstruct(update, model, spec)
+    exact = rec.extras["exactness"]
+    assert exact["holds"] is False and exact.get("noise_filled") and "float32 rounding" in exact["reason"]
+    assert not rec.extras["certain"]
 
 
 def test_candidate_files_and_gguf_inputs_refused_in_one_line(tmp_path, capsys):

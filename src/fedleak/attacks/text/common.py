@@ -100,7 +100,8 @@ def exactness(tokens: int, limit: int, first, second, reason_extra: str = "", ga
         extra["noise_filled"] = True
         reason = (f"noise fills the span: the gradient's singular values never drop to the float32 rounding floor "
                   f"(σ₁·√ε ≈ {ROUNDING_FLOOR:.1e}·σ₁) below the span limit {limit} (smallest σ/σ₁ = {floor:.1e}), "
-                  f"so the span holds noise (a defense's, or FedAvg's drift across local steps) as well as the "
+                  f"so the span holds noise (a defense's, FedAvg's drift across local steps, or the float32 rounding "
+                  f"of the weights the client sent, magnified by 1/lr) as well as the "
                   f"{tokens} token inputs")
     else:
         reason = (f"{tokens} token inputs may exceed the span limit {limit}; the spans are proper (repeated tokens), "

@@ -31,7 +31,7 @@ from .common import exactness, first_inputs_fn, param_points, simulate, task_of,
 from .final_token import recover_final
 from .incremental import last_inputs
 from .probes import capture, is_causal, model_type, probes
-from .spans import effective_width
+from .spans import effective_width, rounding_noise
 from .search import grow_causal, outside_level, search_encoder, token_candidates
 from .verify import verify as verify_update
 
@@ -49,6 +49,9 @@ class DagerOptions(AttackOptions):
     final_token: bool = True
     #: sequences evaluated per forward pass
     chunk: int = 2048
+    #: when the client trained with dropout: grow decoder prefixes as a beam on the summed log span distance
+    #: (the masked inputs lie in no span; :func:`~.search.grow_causal`)
+    dropout_beam: bool = True
 
 
 class Dager(Attack):
@@ -64,7 +67,7 @@ class Dager(Attack):
         length = int(spec.shape[-1])
         n = int(update.num_samples)
         gradient = update.pseudo_gradient()
-        first, second = probes(model, gradient, update.server_params)
+        first, second = probes(model, gradient, update.server_params, rounding_of(update))
         causal, task = is_causal(model), task_of(model)
         gen = torch.Generator().manual_seed(opts.seed)
         limit = calibrate_widths(model, update.server_params, first, second, vocab_size(model), length, gen)
@@ -94,8 +97,9 @@ class Dager(Attack):
         total = math.ceil(vocab_size(model) / 1024) + (length if causal else (opts.restarts + 1) * opts.sweeps)
         with loop_progress(total, "search steps", "dager") as tick:
             advance = counting(tick)
+            beam = opts.dropout_beam and bool(dropout_in_training(model))  # masked inputs: rank, not a gap
             cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional,
-                                              advance=advance)
+                                              advance=advance, at_least=first.rank if beam else 0)
             extras["first_threshold"] = tau1
             extras["candidates_per_position"] = [int(c.numel()) for c in cands]
             # under next-token loss with no target after the sequence, the final position has no gradient at all
@@ -119,7 +123,8 @@ class Dager(Attack):
                                              cap_factor=opts.beam_factor, pair_distance=pair_distance,
                                              advance=advance,
                                              inputs_of=lambda ids: capture(model, points[0], ids,
-                                                                           second.modules[0]).cpu())
+                                                                           second.modules[0]).cpu(),
+                                             beam=beam)
                 extras["growth"] = info
                 verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
                 ids = prefixes
@@ -150,12 +155,18 @@ class Dager(Attack):
                 exact["reason"] += ("; but the update recomputed from the recovered sequences does not match the one "
                                     "sent" + (f" (relative error {check['relative_error']:.1e} ≥ {check['tolerance']:g})"
                                               if check["relative_error"] is not None else f" ({check.get('note')})"))
+            if exact["holds"] and not check["holds"] and check.get("note"):  # e.g. LoRA: the targets are unread
+                exact["reason"] += f" ({check['note']})"
             dropout = dropout_in_training(model)
-            if dropout and exact["holds"] and not check["holds"]:  # the rank allows it: dropout is what fails
+            if dropout and exact["holds"] and not check["holds"]:
                 exact["dropout"] = dropout
-                exact["reason"] += (f"; the client trained with dropout on ({dropout}): the first layers' inputs "
-                                    "were masked, rescaled copies of the token vectors, outside the finite candidate "
-                                    "set: dropout, not rank, is what fails")
+                if not verified:  # the rank allows it, the span test does not pass: dropout is what fails
+                    exact["reason"] += (f"; the client trained with dropout on ({dropout}): the layers' inputs were "
+                                        "masked, rescaled copies of the token vectors, outside the span of the clean "
+                                        "candidates: dropout, not rank, is what fails")
+                else:  # the sequences pass the span test; the masks cannot be replayed to prove them
+                    exact["reason"] += (f"; the client trained with dropout on ({dropout}): its random masks cannot "
+                                        "be replayed, so the recovery passes the span test but is not proved")
             extras["seconds"] = time.perf_counter() - start
             return text_result(ids, model, extras)
 
@@ -169,6 +180,17 @@ class Dager(Attack):
         finals, info = recover_final(model, update.server_params, update.pseudo_gradient(), prefixes,
                                      lambda ids: simulate(model, update, ids), dummy)
         return torch.cat([prefixes, finals.unsqueeze(1)], 1), info
+
+
+def rounding_of(update: Update) -> dict:
+    """FedAvg: per parameter the std of the float32 rounding in its pseudo-gradient entries
+    (:func:`~.spans.rounding_noise`): the weights the client sends are rounded, and (θˢ − θᶜ)/η magnifies that
+    by 1/η — in a later LoRA round (B ≠ 0) at FlowerTune's lr 5e-5 far above float32's ε. Empty for FedSGD."""
+    if update.is_fedsgd or update.client_params is None:
+        return {}
+    steps = max(1, update.num_steps)
+    return {k: rounding_noise(update.server_params[k], update.client_params[k], update.protocol.lr, steps)
+            for k in update.server_params}
 
 
 def dropout_in_training(model) -> str:

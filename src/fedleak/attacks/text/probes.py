@@ -46,6 +46,8 @@ ARCHITECTURES = {
                 "model.layers.1.self_attn.v_proj"))),
 }
 CAUSAL_TYPES = ("gpt2", "llama")
+#: query projections (a separate module only in LLaMA's layout; GPT-2's c_attn is q, k and v in one)
+QUERY_NAMES = ("q_proj",)
 
 
 class _Stop(Exception):
@@ -127,11 +129,21 @@ def _lora_parts(module: nn.Module):
     return None
 
 
-def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params: dict) -> Optional[Probe]:
+def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params: dict,
+                causal: bool = False, noise: Optional[dict] = None) -> Optional[Probe]:
     """The probe over those of ``paths`` whose update has a gradient (they share one input; e.g. PEFT's
-    default LoRA targets on LLaMA adapt q_proj and v_proj, not k_proj); None if none has."""
+    default LoRA targets on LLaMA adapt q_proj and v_proj, not k_proj); None if none has.
+
+    LoRA adapters give one span each (their A differs), tested together (a token must lie in every one).
+    In a causal decoder the query at position 0 attends to itself alone — a softmax over one key is
+    constant — so the query projection's gradient never holds position 0's input: its adapter's span
+    is left out when the key or value projection's is there (a dense q/k/v gradient is one matrix,
+    the union of the three, and keeps it). ``noise``: per parameter name the std of the known rounding noise
+    of its pseudo-gradient entries (:func:`~.spans.rounding_noise`, FedAvg), used by each span's rank gap."""
     names = _param_names(model)
+    noise = noise or {}
     modules, dense, spans, used = [], [], [], []
+    queries, dense_noise = [], 0.0
     for path in paths:
         module = _module(model, path)
         if module is None:
@@ -142,11 +154,17 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
             ga, gb = gradient.get(names.get(id(a.weight))), gradient.get(names.get(id(b.weight)))
             if ga is None or gb is None:
                 continue
-            if float(ga.abs().max()) > 0:  # B ≠ 0: A's gradient rows span the inputs directly
-                spans.append(Span.from_matrix(ga.T, f"{path}.lora_A"))
-            else:  # PEFT's first round: only B moves; its rows span A·x (DAGER §5.3)
+            if float(ga.abs().max()) > 0:
+                # B ≠ 0 (round ≥ 2, or a later local step): ∇A = s·BᵀG·Xᵀ, its rows span the inputs X
+                # directly, but BᵀG has r rows: at most r directions, the whole span of X only for ≤ r inputs
+                spans.append(Span.from_matrix(ga.T, f"{path}.lora_A", cap=int(ga.shape[0]),
+                                              noise=noise.get(names.get(id(a.weight)), 0.0)))
+            else:  # PEFT's first round: only B moves; ∇B = s·G·(AX)ᵀ, its rows span A·x (DAGER §5.3)
                 a_weight = params.get(names.get(id(a.weight)), a.weight)
-                spans.append(Span.from_matrix(gb.T, f"{path}.lora_B", transform=a_weight.detach()))
+                spans.append(Span.from_matrix(gb.T, f"{path}.lora_B", transform=a_weight.detach(),
+                                              noise=noise.get(names.get(id(b.weight)), 0.0)))
+            if causal and path.rsplit(".", 1)[-1] in QUERY_NAMES:
+                queries.append(spans[-1])
         else:
             weight = getattr(module, "weight", None)
             g = gradient.get(names.get(id(weight))) if weight is not None else None
@@ -154,24 +172,29 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
                 continue
             conv1d = type(module).__name__ == "Conv1D"  # transformers' GPT-2 layer: weight (in, out)
             dense.append(g if conv1d else g.T)
+            dense_noise = max(dense_noise, noise.get(names.get(id(weight)), 0.0))
         modules.append(module)
         used.append(path)
     if not modules:
         return None
+    if queries and len(queries) < len(spans):  # position 0's query has no gradient (see above)
+        spans = [sp for sp in spans if all(sp is not q for q in queries)]
     if dense:
-        spans.insert(0, Span.from_matrix(torch.cat(dense, dim=1), "+".join(used)))
+        spans.insert(0, Span.from_matrix(torch.cat(dense, dim=1), "+".join(used), noise=dense_noise))
     return Probe(tuple(modules), tuple(used), spans)
 
 
-def probes(model: nn.Module, gradient: dict, params: dict) -> tuple[Probe, Probe]:
-    """(first, second) probes of ``model`` for this update; an error naming what is missing."""
+def probes(model: nn.Module, gradient: dict, params: dict, noise: Optional[dict] = None) -> tuple[Probe, Probe]:
+    """(first, second) probes of ``model`` for this update; an error naming what is missing. ``noise``: see
+    :func:`build_probe`."""
     first_paths, seconds = ARCHITECTURES[model_type(model)]
-    first = build_probe(model, first_paths, gradient, params)
+    causal = model_type(model) in CAUSAL_TYPES
+    first = build_probe(model, first_paths, gradient, params, causal, noise)
     if first is None:
         raise FedleakError(f"the update has no gradient for the first attention projections {list(first_paths)}; "
                            "dager/tiger need them trainable (full fine-tuning or LoRA on the attention)")
     for paths in seconds:
-        second = build_probe(model, paths, gradient, params)
+        second = build_probe(model, paths, gradient, params, causal, noise)
         if second is not None and second.rank > 0:
             return first, second
     raise FedleakError("the update has no usable gradient for a second layer "

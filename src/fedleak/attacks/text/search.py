@@ -21,17 +21,26 @@ import torch
 
 from .spans import gap_threshold
 
+#: beam growth under dropout: the added log distance per earlier use of the same token in a prefix
+REPEAT_COST = math.log(2.0)
+#: ... and for a token equal to the one before it (under RoPE "v v" feeds the second probe the input of "v"
+#: at position 0 again: as close as a true first token, and rare in text)
+DOUBLED_COST = math.log(16.0)
+
 Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B, T) of the probe inputs
 
 
 def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first_distance, vocab: int,
                      length: int, positional: bool, chunk: int = 1024, max_per_position: int = 4096,
-                     advance: Callable[[], None] | None = None) -> tuple[list[torch.Tensor], torch.Tensor, float]:
+                     advance: Callable[[], None] | None = None,
+                     at_least: int = 0) -> tuple[list[torch.Tensor], torch.Tensor, float]:
     """Per position the tokens whose first-layer input lies in the first span.
 
     ``advance()`` (progress, :mod:`fedleak.attacks.progress`) is called after every vocabulary chunk.
     Returns (candidates per position sorted by distance, distances (V, L), threshold).
     ``positional`` False (RoPE): the input does not depend on the position, one column is computed.
+    ``at_least``: the threshold leaves at least that many (token, position) inputs below it, and at most twice
+    as many (dropout: the span's rank counts the distinct inputs; no gap separates masked copies).
     """
     width = length if positional else 1
     parts = []
@@ -43,7 +52,8 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     dist = torch.cat(parts)
     if not positional:
         dist = dist.expand(-1, length)
-    tau = gap_threshold(_lowest(dist))
+    tau = gap_threshold(_lowest(dist if positional else dist[:, :1]), at_least=at_least,
+                        at_most=2 * at_least if at_least else None)
     cands = []
     for p in range(length):
         col = dist[:, p]
@@ -82,7 +92,8 @@ def split(dist: torch.Tensor, outside: torch.Tensor, accepted: list[float]) -> f
 def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_sequences: int,
                 outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8,
                 pair_distance=None, advance: Callable[[], None] | None = None,
-                inputs_of: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, dict]:
+                inputs_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                beam: bool = False) -> tuple[torch.Tensor, dict]:
     """Greedy left-to-right growth of prefixes through the second span (DAGER Alg. 1).
 
     Returns the surviving prefixes (P, steps) and diagnostics (threshold, per-step survivors,
@@ -92,12 +103,18 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
     ``advance()`` is called after every growth step (progress). ``inputs_of(prefixes)`` (optional) gives the
     second probe's inputs (P, steps, d) of whole prefixes; when more than N survive, the N kept are those whose
     inputs together span the most directions (:func:`select_spanning`), not merely the closest.
+
+    ``beam`` (dropout in the client's step): the span holds masked, rescaled copies of the true inputs, so no
+    candidate lies in it and no split separates them; the ``cap_factor``·N prefixes with the smallest summed
+    log distance are kept at every step instead (a beam search on the distance, in the spirit of DAGER's
+    ranking of candidates by distance, §4.2), and the N best by that sum are returned, never clean.
     """
     prefixes = torch.zeros(1, 0, dtype=torch.long)
     worst = torch.zeros(1, dtype=torch.float64)  # per prefix: its largest accepted distance / threshold
     accepted_max, rejected_min, survivors, clean = 0.0, math.inf, [], True
     accepted: list[float] = []
     cap = max(1, cap_factor * num_sequences)
+    score = torch.zeros(1, dtype=torch.float64)  # beam: per prefix, its summed log distance
     for t in range(steps):
         cand = cands[t]
         if cand.numel() == 0:
@@ -109,6 +126,20 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             dist = pair_distance(prefixes, cand).double()
         else:
             dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
+        if beam:
+            # a token the prefix already holds costs log 2 per earlier use: under RoPE, chains that cycle through
+            # a few tokens stay as close to the masked span as the true continuation (see select_spanning)
+            repeats = (pairs[:, :-1] == pairs[:, -1:]).sum(1).double()
+            doubled = (pairs[:, -2] == pairs[:, -1]).double() if t else torch.zeros(pairs.shape[0], dtype=torch.float64)
+            total = (score.repeat_interleave(cand.numel()) + dist.clamp_min(1e-30).log() + REPEAT_COST * repeats
+                     + DOUBLED_COST * doubled)
+            keep = total.argsort()[:cap]
+            score, prefixes = total[keep], pairs[keep]
+            worst = worst.repeat_interleave(cand.numel())[keep]
+            survivors.append(int(keep.numel()))
+            if advance is not None:
+                advance()
+            continue
         tau = split(dist, outside, accepted[-4 * num_sequences:])
         order = dist.argsort()
         keep = order[dist[order] <= tau]
@@ -130,7 +161,12 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
         if advance is not None:
             advance()
     selected_by = "distance"
-    if prefixes.shape[0] > num_sequences:  # more survivors than sequences: keep N of them
+    if beam:
+        clean = False
+        if prefixes.shape[0] > num_sequences:
+            best, selected_by = _distinct_best(prefixes, score, num_sequences), "summed log distance (beam)"
+            prefixes, worst = prefixes[best], worst[best]
+    elif prefixes.shape[0] > num_sequences:  # more survivors than sequences: keep N of them
         if inputs_of is not None:
             best, selected_by = select_spanning(inputs_of(prefixes), worst, num_sequences), "span coverage"
         else:  # the N prefixes that stayed closest to the span
@@ -140,6 +176,21 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
     return prefixes, {"survivors": survivors, "accepted_max": accepted_max,
                       "rejected_min": None if rejected_min == math.inf else rejected_min, "clean": clean,
                       "selected_by": selected_by}
+
+
+def _distinct_best(prefixes: torch.Tensor, score: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n`` best-scored prefixes (lowest ``score``), preferring ones that do not share their first token
+    with a better one (a beam tends to fill with variants of one sequence)."""
+    order = score.argsort().tolist()
+    firsts, chosen = set(), []
+    for i in order:
+        if int(prefixes[i, 0]) not in firsts:
+            chosen.append(i)
+            firsts.add(int(prefixes[i, 0]))
+        if len(chosen) == n:
+            break
+    chosen += [i for i in order if i not in chosen][:n - len(chosen)]
+    return torch.tensor(chosen, dtype=torch.long)
 
 
 def select_spanning(inputs: torch.Tensor, worst: torch.Tensor, n: int, tol: float = 1e-3) -> torch.Tensor:

@@ -20,7 +20,12 @@ from typing import Optional, Sequence
 import torch
 
 
-def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] = None) -> tuple[int, float]:
+#: with a known noise level, the least ratio σ_r/σ_{r+1} that counts as the edge of the data's span
+NOISE_GAP = 4.0
+
+
+def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] = None,
+             noise: float = 0.0) -> tuple[int, float]:
     """(rank, gap) of a matrix of ``shape`` from its singular values (descending).
 
     The rank is the index of the largest ratio σᵢ/σᵢ₊₁ over the values followed by the floor
@@ -28,23 +33,35 @@ def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] 
     splits whose lower side σᵢ₊₁ lies below σ₁·√ε — where float32 rounding, not data, dominates (a
     steep drop among large values, e.g. one dominant direction, is not a rank); ``gap`` is that ratio
     (1 when there is nothing above the floor).
+
+    ``noise`` (≥ 0): the singular-value level of a known noise in the matrix — the float32 rounding of the
+    weights a FedAvg client sends (:func:`rounding_noise`), which the pseudo-gradient (θˢ − θᶜ)/η divides by
+    a small η. It raises the floor and the level a gap's lower side may reach to twice that level, and a
+    ratio below :data:`NOISE_GAP` is then no gap (full rank: the noise fills the span).
     """
     s = singular.detach().double().clamp_min(0)
     if s.numel() == 0 or float(s[0]) == 0.0:
         return 0, 1.0
     eps = torch.finfo(torch.float32).eps if eps is None else eps
-    floor = float(s[0]) * max(shape) * eps
+    floor = max(float(s[0]) * max(shape) * eps, float(noise))
     values = torch.cat([s, s.new_tensor([floor])]).clamp_min(floor * 1e-3)
     ratios = values[:-1] / values[1:]
-    ratios = torch.where(values[1:] <= float(s[0]) * math.sqrt(eps), ratios, torch.zeros_like(ratios))
+    low = max(float(s[0]) * math.sqrt(eps), 2.0 * float(noise))
+    ratios = torch.where(values[1:] <= low, ratios, torch.zeros_like(ratios))
     best = int(torch.argmax(ratios))
+    if noise > 0 and float(ratios[best]) < NOISE_GAP:  # a step within the noise is no edge of a span
+        return s.numel(), float(ratios[best])
     return best + 1, float(ratios[best])
 
 
-def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = ()) -> float:
+def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = (), at_least: int = 0,
+                  at_most: Optional[int] = None) -> float:
     """The threshold at the largest gap of log distances (with optional anchor values from earlier steps).
 
     Returns the geometric mean of the two values around the gap; +inf for fewer than two values.
+    ``at_least``: only gaps that leave at least that many values below (under dropout the span's rank, the
+    number of distinct inputs, bounds the candidates from below while their distances are spread out);
+    ``at_most``: only gaps that leave at most that many below.
     """
     values = torch.cat([distances.detach().double().reshape(-1),
                         torch.tensor(list(anchors), dtype=torch.float64)]).clamp_min(1e-30)
@@ -52,6 +69,10 @@ def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = ()) -> flo
         return math.inf
     logs = values.log().sort().values
     gaps = logs[1:] - logs[:-1]
+    if at_least > 1:
+        gaps[:min(at_least - 1, gaps.numel() - 1)] = -math.inf
+    if at_most is not None and at_most < gaps.numel():
+        gaps[max(at_most, at_least, 1):] = -math.inf
     i = int(torch.argmax(gaps))
     return float(((logs[i] + logs[i + 1]) / 2).exp())
 
@@ -72,17 +93,23 @@ class Span:
     singular: torch.Tensor
     transform: Optional[torch.Tensor] = None
     name: str = ""
+    #: the most directions the gradient can hold whatever the inputs (a LoRA A's gradient BᵀG·Xᵀ: the rank r)
+    cap: Optional[int] = None
 
     @classmethod
     def from_matrix(cls, matrix: torch.Tensor, name: str = "", transform: Optional[torch.Tensor] = None,
-                    rank: Optional[int] = None) -> "Span":
-        """The span of the columns of ``matrix`` (k × m), rank from :func:`gap_rank` unless given."""
+                    rank: Optional[int] = None, cap: Optional[int] = None, noise: float = 0.0) -> "Span":
+        """The span of the columns of ``matrix`` (k × m), rank from :func:`gap_rank` unless given; ``cap``
+        bounds the width (the span is proper only below it); ``noise``: the std of a known noise per entry
+        (:func:`rounding_noise`)."""
         m = matrix.detach().double()
         u, s, _ = torch.linalg.svd(m, full_matrices=True)
-        r, gap = gap_rank(s, tuple(m.shape))
+        level = noise * (math.sqrt(m.shape[0]) + math.sqrt(m.shape[1]))  # iid noise's largest singular value
+        r, gap = gap_rank(s, tuple(m.shape), noise=level)
         if rank is not None:
             r = rank
-        return cls(u[:, :r].contiguous(), u[:, r:].contiguous(), r, m.shape[0], gap, s, transform, name)
+        width = m.shape[0] if cap is None else min(m.shape[0], cap)
+        return cls(u[:, :r].contiguous(), u[:, r:].contiguous(), r, width, gap, s, transform, name, cap)
 
     @property
     def proper(self) -> bool:
@@ -115,7 +142,7 @@ class Span:
         u = torch.cat([self.basis, self.complement], dim=1)
         rank = max(1, min(int(rank), u.shape[1] - 1))
         return Span(u[:, :rank].contiguous(), u[:, rank:].contiguous(), rank, self.width, self.gap, self.singular,
-                    self.transform, self.name)
+                    self.transform, self.name, self.cap)
 
     def describe(self) -> dict:
         return {"name": self.name, "rank": self.rank, "width": self.width, "gap": self.gap}
@@ -134,11 +161,28 @@ def effective_width(span: Span, inputs: torch.Tensor) -> int:
     """The dimension the layer's inputs can reach, from ``inputs`` (…, d) of random tokens.
 
     A LayerNorm without bias feeds centred vectors (rank ≤ d − 1), a LoRA A maps into r dimensions:
-    a span is proper only below this width, not below d. Sets and returns ``span.width``.
+    a span is proper only below this width, not below d; a LoRA A's own gradient holds at most r
+    directions (``span.cap``). Sets and returns ``span.width``.
     """
     x = inputs.reshape(-1, inputs.shape[-1]).double()
     if span.transform is not None:
         x = x @ span.transform.double().T
     s = torch.linalg.svdvals(x)
     span.width = gap_rank(s, tuple(x.shape))[0]
+    if span.cap is not None:
+        span.width = min(span.width, span.cap)
     return span.width
+
+
+def rounding_noise(server: torch.Tensor, client: torch.Tensor, lr: float, steps: int = 1) -> float:
+    """The std per entry of the float32 rounding in a FedAvg pseudo-gradient (θˢ − θᶜ)/η of one tensor.
+
+    Every local step rounds the weights to float32: an error uniform within half a unit in the last place
+    (std ulp/√12), summed over the steps, divided by η. Zero where both are exactly representable deltas
+    from zero (PEFT's B = 0 in round 1: θᶜ = −η·g is itself the float32 value sent, exact at any lr).
+    """
+    c = client.detach().float()
+    ulp = (torch.nextafter(c.abs(), torch.full_like(c, math.inf)) - c.abs())
+    ulp = torch.where(server.detach() == 0, torch.zeros_like(ulp), ulp)  # from zero: θᶜ is the value itself
+    rms = float(ulp.double().pow(2).mean().sqrt()) if ulp.numel() else 0.0
+    return rms / math.sqrt(12) * math.sqrt(max(1, steps)) / max(float(lr), 1e-30)
