@@ -1,7 +1,7 @@
 """The ``fedleak dp-audit`` flags; ``cli.py`` calls :func:`add_arguments` and :func:`run_from_args` only.
 
 Model, data, clients, rounds, ``--defense`` and ``--out`` are named as ``fedleak audit`` names them (the
-defense spec is parsed by the same :func:`fedleak.audit.config.parse_defenses`).
+defense spec is parsed by the same :func:`fedleak.audit.plan.config.parse_defenses`).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def _positive(name: str, value, integer: bool = False, upper: float = math.inf):
 
 def claimed_setting(defense, rounds: int, clients: Optional[int]) -> tuple[DPSetting, int]:
     """(σ, C, T) and K from the ``--defense`` specs; only client-level central DP is audited here."""
-    from ..audit.config import parse_defenses
+    from ..audit.plan.config import parse_defenses
     from ..fl.update_filters import UpdateFilter
 
     specs = [defense] if isinstance(defense, str) else list(defense or ())

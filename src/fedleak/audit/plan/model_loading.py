@@ -26,8 +26,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..errors import FedleakError
-from ..types import DataSpec
+from ...errors import FedleakError
+from ...types import DataSpec
 
 
 def is_factory_path(name: str) -> bool:
@@ -72,7 +72,7 @@ def _takes_argument(factory) -> bool:
 
 def build_model(name: str, spec: DataSpec, seed: int = 0) -> nn.Module:
     """The model named by ``name`` (zoo name or ``MODULE:FACTORY``) for ``spec``, on CPU, float32."""
-    from .. import models
+    from ... import models
 
     if not isinstance(name, str) or not name.strip():
         raise FedleakError(f"model must be a zoo name or MODULE:FACTORY, got {name!r}")
@@ -105,7 +105,7 @@ def read_weights(path) -> dict:
         raise FedleakError(f"weights file {path} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from ..config.loaders import read_safetensors
+        from ...config.loaders import read_safetensors
 
         return read_safetensors(path, f"weights file {path}")
     if suffix in (".pt", ".pth"):
