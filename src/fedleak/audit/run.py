@@ -93,7 +93,7 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
 
     cfg = _config(config, settings)
     cfg.extra = dict(cfg.extra)  # this run's own (the preset and the candidate documents go here)
-    if cfg.flowertune:  # the FlowerTune client where the user gave no value (audit/flowertune.py)
+    if cfg.flowertune:  # the FlowerTune client where the user gave no value (audit/plan/flowertune.py)
         from .plan import flowertune
 
         cfg, preset = flowertune.apply(cfg, cfg.device)
@@ -126,7 +126,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
     is_text = text_plan.is_text(cfg.data)
-    if is_text:  # the model's tokenizer and task decide how the text is cut (audit/text.py)
+    if is_text:  # the model's tokenizer and task decide how the text is cut (audit/plan/text.py)
         from .plan.default import DEFAULT_MODEL
 
         model_name = text_plan.model_name(cfg.model, DEFAULT_MODEL)

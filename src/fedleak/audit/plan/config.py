@@ -169,7 +169,7 @@ class AuditConfig:
     text_field: str = "text"
     label_field: str = "label"
     # clients train as deployments do: dropout as the model's config says ("shipped") or "off" on request;
-    # PEFT's adapter dropout; the FlowerTune preset (audit/flowertune.py); membership of candidate documents
+    # PEFT's adapter dropout; the FlowerTune preset (audit/plan/flowertune.py); membership of candidate documents
     dropout: str = "shipped"
     lora_dropout: Optional[float] = None
     flowertune: bool = False

@@ -260,7 +260,7 @@ def _setup_text(result: dict) -> str:
         lines.append(f"Swept: {sweep['label']} = {values} (the protocol below is the first value's).")
     lines += [p["text"] for p in result["points"][0]["scenarios"].values() if p.get("text")]
     preset = result.get("flowertune")
-    if isinstance(preset, dict):  # --flowertune (audit/flowertune.py): the shape audited and how it was scaled
+    if isinstance(preset, dict):  # --flowertune (audit/plan/flowertune.py): the shape audited and how it was scaled
         lines.append(f"Preset: {preset['preset']}, {preset['full_shape']}; audited: {preset['shape']}."
                      + (f" {preset['scaling'][0].upper()}{preset['scaling'][1:]}." if preset.get("scaling") else "")
                      + f" Differences: {preset['differences']}.")

@@ -169,7 +169,7 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
         for s in attacks.values():
             series[f"{key}: {s['title']}"] = s.get("rouge1_per_input", [])
     plots = {"rouge-distribution": ("Per-sequence ROUGE-1 of each attack", rouge_distribution(series))}
-    if isinstance(result.get("membership"), dict):  # membership of candidate documents (audit/membership.py)
+    if isinstance(result.get("membership"), dict):  # membership of candidate documents (audit/execute/membership.py)
         from .figures import roc_plot
 
         plots["membership-roc"] = ("Membership of candidate documents: ROC of the gradient-alignment score",
