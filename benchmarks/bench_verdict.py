@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from fedleak.attacks import build
-from fedleak.audit.threats import choose
-from fedleak.audit.tuning import tune
+from fedleak.audit.plan.threats import choose
+from fedleak.audit.execute.tuning import tune
 from fedleak.data.registry import load
 from fedleak.fl import client_update
 from fedleak.metrics import evaluate

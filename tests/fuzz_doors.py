@@ -162,7 +162,7 @@ FILE_SEEDS = {"gguf": _tiny_gguf(), "candidates": "first document\nsecond docume
 
 
 def check_door_file(kind: str, data: bytes) -> None:
-    from fedleak.audit.membership import read_candidates
+    from fedleak.audit.plan.candidates import read_candidates
     from fedleak.models.hf.gguf import check_gguf, convert
     from fedleak.runs.run_report import report_run
 

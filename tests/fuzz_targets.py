@@ -299,7 +299,7 @@ SEEDS = _seed_files()
 
 def check_file(kind: str, data: bytes) -> None:
     """Feed ``data`` as a file of ``kind`` to its loader: a value or one FedleakError line."""
-    from fedleak.audit.model_loading import load_weights
+    from fedleak.audit.plan.model_loading import load_weights
     from fedleak.data import leaf
     from fedleak.data.cifar import read_batch
     from fedleak.data.imagefolder import read_image

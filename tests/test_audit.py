@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 import fedleak
-from fedleak.audit.model_loading import prepare_model
+from fedleak.audit.plan.model_loading import prepare_model
 from fedleak.cli import main
 
 FAST = ["--algorithm", "fedsgd", "--samples", "2", "--iterations", "60", "--no-malicious", "--quiet"]

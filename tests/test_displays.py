@@ -7,8 +7,9 @@ import json
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from fedleak.audit import figures, report
-from fedleak.audit.threats import HONEST
+from fedleak.audit.report import figures
+from fedleak.audit.report import page as report
+from fedleak.audit.plan.threats import HONEST
 from fedleak.runs.job_files import REQUIRED_FIELDS
 from fedleak.runs.run_report import comparison_rows, comparison_table, report_run
 

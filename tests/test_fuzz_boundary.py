@@ -54,7 +54,7 @@ def one_line_or_value(call) -> None:
 @BUDGET
 @given(specs())
 def test_fuzz_defense_specs(spec):
-    from fedleak.audit.config import parse_defenses
+    from fedleak.audit.plan.config import parse_defenses
     from fedleak.fl.defenses import Defense
 
     one_line_or_value(lambda: Defense.parse(spec))
@@ -65,7 +65,7 @@ def test_fuzz_defense_specs(spec):
 @given(st.sampled_from(["epochs", "lr", "lora", "defense", "secagg", "samples", "bogus", ""]),
        st.lists(st.sampled_from(VALUES), max_size=5), st.sampled_from([",", ",,", ";"]))
 def test_fuzz_sweeps(knob, values, sep):
-    from fedleak.audit.config import Sweep
+    from fedleak.audit.plan.config import Sweep
 
     one_line_or_value(lambda: Sweep.parse(f"{knob}={sep.join(values)}"))
     one_line_or_value(lambda: Sweep.parse({"knob": knob, "values": values}))

@@ -250,7 +250,7 @@ class _Tiny(nn.Module):
 def test_integer_weights_are_refused(tmp_path):
     from safetensors.torch import save_file
 
-    from fedleak.audit.model_loading import load_weights
+    from fedleak.audit.plan.model_loading import load_weights
 
     path = tmp_path / "w.safetensors"
     save_file({"fc.weight": torch.zeros(2, 4, dtype=torch.int64), "fc.bias": torch.zeros(2)}, str(path))
@@ -273,7 +273,7 @@ class _BatchBreaks(_Tiny):
 @pytest.mark.parametrize("model, named", [(_NoParams(), "no parameters"), (_Tiny().to("meta"), "meta"),
                                           (_BatchBreaks(), "batch")])
 def test_unusable_user_models_are_one_line(model, named):
-    from fedleak.audit.model_loading import check_fits
+    from fedleak.audit.plan.model_loading import check_fits
     from fedleak.types import DataSpec
 
     spec = DataSpec("t", (1, 2, 2), 2, (0.5,), (0.5,))

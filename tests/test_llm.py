@@ -126,7 +126,7 @@ def test_dager_under_lora_dropout_grows_a_beam_and_says_dropout_fails_the_proof(
 # -- membership of candidate documents -------------------------------------------------------------
 def test_membership_alignment_separates_members_on_llama_tiny(lm):
     """LoRA r 8, dropout 0.075 (FlowerTune's), 2 local steps: members score above non-members."""
-    from fedleak.audit.membership import measure
+    from fedleak.audit.execute.membership import measure
 
     spec, clients = lm
     model = models.build("llama-tiny", spec, seed=0, lora=8, lora_dropout=0.075, lora_targets="peft",
@@ -141,7 +141,7 @@ def test_membership_alignment_separates_members_on_llama_tiny(lm):
 
 
 def test_candidate_documents_from_a_file_go_half_into_the_client(tmp_path, lm):
-    from fedleak.audit.membership import build_candidates, read_candidates
+    from fedleak.audit.execute.membership import build_candidates, read_candidates
     from fedleak.data.tokenizers import default_tokenizer
 
     spec, clients = lm

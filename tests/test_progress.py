@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from fedleak.attacks.optimize import OptimizerConfig, optimize
-from fedleak.audit.progress import LogProgress
+from fedleak.audit.execute.progress import LogProgress
 from fedleak.runs.progress import interrupted_message
 
 SRC = Path(__file__).resolve().parents[1] / "src"

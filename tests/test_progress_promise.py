@@ -142,7 +142,7 @@ def test_audit_log_eta_counts_down_for_an_exact_search(monkeypatch):
     """The audit's log lines for an exact attack's search steps: unit, interval, an ETA that falls (about 4 s)."""
     import io
 
-    from fedleak.audit.progress import LogProgress, optimizer_callback
+    from fedleak.audit.execute.progress import LogProgress, optimizer_callback
     from fedleak.attacks.progress import counting, loop_progress
 
     monkeypatch.setenv("FEDLEAK_PROGRESS_INTERVAL", "0.1")

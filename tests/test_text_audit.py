@@ -10,10 +10,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytest.importorskip("rouge_score")
 
-from fedleak.attacks.base import ATTACKS, _ensure_loaded  # noqa: E402
+from fedleak.attacks.base import ATTACKS, ensure_loaded  # noqa: E402
 from fedleak.cli import main  # noqa: E402
 
-_ensure_loaded()
+ensure_loaded()
 needs_dager = pytest.mark.skipif("dager" not in ATTACKS, reason="the dager attack is not registered")
 
 

@@ -196,7 +196,7 @@ def test_model_folder_causal_roundtrip(tmp_path, lm_data):
     """A saved causal LM folder (config + safetensors + tokenizer.json) loads back as the same model."""
     import shutil
 
-    from fedleak.audit.text import model_task_and_tokenizer
+    from fedleak.audit.plan.text import model_task_and_tokenizer
     from fedleak.data.tokenizers import minilm_path
 
     spec, clients = lm_data

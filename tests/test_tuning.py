@@ -4,8 +4,8 @@ default on them, and the victims' data never reaches it (checked by construction
 import pytest
 import torch
 
-from fedleak.audit import tuning
-from fedleak.audit.threats import choose
+from fedleak.audit.execute import tuning
+from fedleak.audit.plan.threats import choose
 from fedleak.errors import FedleakError
 from fedleak.models import MLP
 from fedleak.types import ClientData, DataSpec, Protocol

@@ -9,8 +9,9 @@ import json
 import pytest
 
 import fedleak
-from fedleak.audit import report, threats
-from fedleak.audit.verdict import MIN_TUNE_TRIALS, evidence_sentence
+from fedleak.audit import report
+from fedleak.audit.plan import threats
+from fedleak.audit.judge.verdict import MIN_TUNE_TRIALS, evidence_sentence
 from fedleak.cli import main
 
 BASE = {"model": "mlp", "algorithm": "fedsgd", "samples": 2, "malicious": False, "progress": None, "log": None}

@@ -1,7 +1,7 @@
 """The verdict's evidence rule on synthetic scores: proved / estimated / not-found, and low only when every
 exact attack failed its precondition and every optimization attack was tuned at ≥ 4× its default budget."""
 
-from fedleak.audit.verdict import (COLOURS, RULE, converged, evidence_sentence, judge, judge_evidence, level,
+from fedleak.audit.judge.verdict import (COLOURS, RULE, converged, evidence_sentence, judge, judge_evidence, level,
                                    sok_letter, worst)
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedleak.attacks.labels import plausible_counts, round_counts_eth
-from fedleak.audit.verdict import (BUDGET_FACTOR_FOR_LOW, MIN_TUNE_TRIALS, evidence_sentence, judge_evidence,
+from fedleak.audit.judge.verdict import (BUDGET_FACTOR_FOR_LOW, MIN_TUNE_TRIALS, evidence_sentence, judge_evidence,
                                    searched)
 
 EXACT_NAMES = ("spear", "analytic-fc", "dager")

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import fedleak
-from fedleak.audit.verdict import evidence_sentence
+from fedleak.audit.judge.verdict import evidence_sentence
 
 BASE = {"data": "text", "model": "gpt2-tiny", "algorithm": "fedsgd", "samples": 2, "malicious": False,
         "attacks": ["tiger"], "iterations": 5, "progress": None, "log": None}

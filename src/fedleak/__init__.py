@@ -30,7 +30,7 @@ from .fl import Defense, client_update
 from .types import ClientData, DataSpec, Protocol, Reconstruction, Update
 from .workflows import attack_update, simulate_update
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["ClientData", "DataSpec", "Defense", "FedleakError", "Protocol", "Reconstruction", "Update",
            "__version__", "attack_update", "attacks", "audit", "client_update", "data", "dp_audit", "fl", "metrics", "models", "simulate_update"]

@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .config.cli_args import (_SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, _device, _dtype, _int_type, _nonempty,
-                              _nonnegative_float, _options, _Parser, _positive_float, _set_threads, _show_progress)
+from .config.cli_args import (SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, check_device, parse_dtype, int_type, nonempty,
+                              nonnegative_float, parse_options, Parser, positive_float, set_threads, show_progress)
 from .errors import FedleakError
 from .runs.outdir import contain_caches, prepare_out_dir
 
@@ -33,7 +33,7 @@ from .runs.outdir import contain_caches, prepare_out_dir
 
 def cmd_audit(args) -> int:
     from .audit import audit
-    from .audit.arguments import config_from_args
+    from .audit.plan.arguments import config_from_args
 
     quiet = args.quiet or args.no_progress
     import torch
@@ -57,16 +57,16 @@ def cmd_simulate(args) -> int:
                     samples=args.samples, model=args.model, model_seed=args.model_seed, algorithm=args.algorithm,
                     epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, static_batches=args.static_batches,
                     defense=args.defense, share_labels=args.share_labels, save_truth=not args.no_truth,
-                    seed=args.seed, device=_device(args.device))
+                    seed=args.seed, device=check_device(args.device))
     return 0
 
 
 def cmd_attack(args) -> int:
     from .workflows import attack_update
 
-    attack_update(args.update, args.out, attack=args.attack, options=_options(args.option), model=args.model,
+    attack_update(args.update, args.out, attack=args.attack, options=parse_options(args.option), model=args.model,
                   data=args.data, data_root=args.data_root, evaluate=not args.no_eval,
-                  progress=None if args.no_progress else "auto", device=_device(args.device))
+                  progress=None if args.no_progress else "auto", device=check_device(args.device))
     return 0
 
 
@@ -83,13 +83,13 @@ def cmd_run(args) -> int:
     config = apply_overrides(config, data_root=args.data_root, clients=args.clients,
                              variants=None if args.variants is None else list(split_names(args.variants, "--variants")),
                              settings=None if args.settings is None else list(split_names(args.settings, "--settings")),
-                             quick=args.quick, variant_options=_options(args.option),
+                             quick=args.quick, variant_options=parse_options(args.option),
                              first_client=args.first_client)
     ray_options = dict(address=args.address, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
                        max_retries=args.max_retries)
     executor = make_executor(args.executor, **ray_options)
-    summary = run_experiment(config, args.out, device=_device(args.device), dtype=_dtype(args.dtype),
-                             show_progress=_show_progress(args), executor=executor)
+    summary = run_experiment(config, args.out, device=check_device(args.device), dtype=parse_dtype(args.dtype),
+                             show_progress=show_progress(args), executor=executor)
     print((Path(args.out) / "table.md").read_text())
     planned = summary.get("planned_jobs", summary["jobs"])
     print(f"{summary['jobs']} job(s) ({planned} planned); results in {args.out}/results.jsonl, summary in {args.out}/summary.json")
@@ -155,20 +155,20 @@ def cmd_list(args) -> int:
 
 # -- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="fedleak", description="Measure how much private data leaks from "
+    parser = Parser(prog="fedleak", description="Measure how much private data leaks from "
                      "federated learning client updates.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    parser.add_argument("--threads", type=_int_type(1, 1024),
+    parser.add_argument("--threads", type=int_type(1, 1024),
                         help="CPU threads for torch (default: torch's; audit: 1, which is "
                         "fastest for its small models and robust on a busy machine)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     # `--debug` is accepted after the command too (`fedleak run x.yaml --debug`)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks")
     sub_add = sub.add_parser
     sub.add_parser = lambda *a, **k: sub_add(*a, parents=[common], **k)  # type: ignore[method-assign]
 
-    from .audit.arguments import add_arguments as audit_arguments
+    from .audit.plan.arguments import add_arguments as audit_arguments
 
     p = sub.add_parser("audit", help="audit your deployment (model, data, protocol, defenses): attacks, verdict, "
                        "report; with no argument, the embedded default")
@@ -186,22 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default="digits")
     p.add_argument("--data-root")
     p.add_argument("--split", default="train")
-    p.add_argument("--client", type=_int_type(0, MAX_CLIENTS - 1), default=0, help="client index")
-    p.add_argument("--samples", type=_int_type(1, MAX_SAMPLES), default=10, help="samples per client (N)")
+    p.add_argument("--client", type=int_type(0, MAX_CLIENTS - 1), default=0, help="client index")
+    p.add_argument("--samples", type=int_type(1, MAX_SAMPLES), default=10, help="samples per client (N)")
     p.add_argument("--model", default="femnist-cnn")
-    p.add_argument("--model-seed", type=_SEED, default=0)
+    p.add_argument("--model-seed", type=SEED, default=0)
     p.add_argument("--algorithm", default="fedavg", choices=["fedsgd", "fedavg"])
-    p.add_argument("--epochs", type=_int_type(1, 10_000), default=1)
-    p.add_argument("--batch-size", type=_int_type(1, MAX_SAMPLES))
-    p.add_argument("--lr", type=_positive_float, default=0.004)
+    p.add_argument("--epochs", type=int_type(1, 10_000), default=1)
+    p.add_argument("--batch-size", type=int_type(1, MAX_SAMPLES))
+    p.add_argument("--lr", type=positive_float, default=0.004)
     p.add_argument("--static-batches", action="store_true", help="no reshuffling between epochs")
     p.add_argument("--defense", default="none", help="e.g. dp_gaussian_0.01, laplacian:0.02, random_pruning_0.5")
     p.add_argument("--share-labels", default="none", choices=["none", "counts", "labels", "batches"],
                    help="what the server is told about labels")
     p.add_argument("--no-truth", action="store_true", help="do not save the ground truth next to the update")
-    p.add_argument("--seed", type=_SEED, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--out", required=True, type=_nonempty)
+    p.add_argument("--out", required=True, type=nonempty)
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("attack", help="attack a saved update")
@@ -214,15 +214,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-eval", action="store_true", help="do not score against a saved ground truth")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--out", required=True, type=_nonempty)
+    p.add_argument("--out", required=True, type=nonempty)
     p.set_defaults(func=cmd_attack)
 
     p = sub.add_parser("run", help="run an experiment file or a paper preset (resumable)")
     p.add_argument("config", nargs="?", help="experiment YAML (docs/experiments.md)")
     p.add_argument("--preset", help="preset name (see `fedleak presets`)")
     p.add_argument("--data-root", help="folder with the dataset files")
-    p.add_argument("--clients", type=_int_type(1, MAX_CLIENTS), help="number of clients to attack")
-    p.add_argument("--first-client", type=_int_type(0, MAX_CLIENTS - 1),
+    p.add_argument("--clients", type=int_type(1, MAX_CLIENTS), help="number of clients to attack")
+    p.add_argument("--first-client", type=int_type(0, MAX_CLIENTS - 1),
                    help="attack clients from this index of the fixed order on "
                    "(default 0; split a long run across machines into one output folder)")
     p.add_argument("--variants", help="comma-separated subset of variants")
@@ -235,10 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", default="local", choices=["local", "ray"],
                    help="where jobs run: this process (default) or Ray tasks (pip install -e '.[ray]')")
     p.add_argument("--address", help="Ray cluster address (HOST:PORT or auto); default: start a local Ray")
-    p.add_argument("--cpus-per-job", type=_positive_float, help="Ray: CPUs (and torch threads) per job (default 1)")
-    p.add_argument("--gpus-per-job", type=_nonnegative_float, help="Ray: GPUs per job (default 0)")
-    p.add_argument("--max-retries", type=_int_type(0, 100), help="Ray: re-runs of a job whose worker died (default 3)")
-    p.add_argument("--out", required=True, type=_nonempty)
+    p.add_argument("--cpus-per-job", type=positive_float, help="Ray: CPUs (and torch threads) per job (default 1)")
+    p.add_argument("--gpus-per-job", type=nonnegative_float, help="Ray: GPUs per job (default 0)")
+    p.add_argument("--max-retries", type=int_type(0, 100), help="Ray: re-runs of a job whose worker died (default 3)")
+    p.add_argument("--out", required=True, type=nonempty)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="write report.html for a run folder (also of a partial run)")
@@ -251,9 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="zoo architecture the file must match (names and shapes)")
     p.add_argument("--data", default="digits", help="dataset whose shape --model is built for (default: digits)")
     p.add_argument("--data-root")
-    p.add_argument("--threshold", type=_positive_float, default=0.5, help="confidence at which a finding is suspicious")
+    p.add_argument("--threshold", type=positive_float, default=0.5, help="confidence at which a finding is suspicious")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    p.add_argument("--dsnr-batch", type=_int_type(0, MAX_SAMPLES), default=16, help="with --model: examples of --data for SEER's D-SNR "
+    p.add_argument("--dsnr-batch", type=int_type(0, MAX_SAMPLES), default=16, help="with --model: examples of --data for SEER's D-SNR "
                    "check (0 skips it)")
     p.set_defaults(func=cmd_inspect)
 
@@ -334,7 +334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if getattr(args, "out", None) is not None:
             prepare_out_dir(args.out)
             cache_variables = contain_caches(args.out)  # matplotlib's font cache, torch's compile cache: in --out
-        _set_threads(args)
+        set_threads(args)
         if args.command in ("simulate", "attack"):  # run and audit lock their --out themselves
             from .runs.lock import OutLock
 

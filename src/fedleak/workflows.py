@@ -123,7 +123,7 @@ def attack_update(update_dir, out, *, attack: str = "inverting-gradients", optio
     """Attack the update saved in ``update_dir``; the reconstruction goes to ``out``. With its truth file (and
     ``evaluate``) the scores are written to ``out/metrics.json`` with a comparison grid and returned."""
     from . import attacks, metrics, models
-    from .audit.progress import with_progress
+    from .audit.execute.progress import with_progress
     from .report import comparison_grid, save_png
     from .types import DataSpec, Update
     from .types.params import check_update

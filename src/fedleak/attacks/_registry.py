@@ -2,9 +2,8 @@
 
 import importlib
 import pkgutil
+from pathlib import Path
 
-from . import __path__ as _package_path
-
-for _module in pkgutil.iter_modules(_package_path):
+for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
     if not _module.name.startswith("_"):
         importlib.import_module(f"{__package__}.{_module.name}")

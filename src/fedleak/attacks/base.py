@@ -148,7 +148,7 @@ def register(name: str, cls: type, description: str, **fixed: Any) -> None:
 
 def build(name: str, **options: Any) -> Attack:
     """Instantiate a registered attack or variant; user ``options`` override the variant's values."""
-    _ensure_loaded()
+    ensure_loaded()
     if name not in ATTACKS:
         raise unknown_choice("attack", name, ATTACKS)
     entry = ATTACKS[name]
@@ -158,12 +158,12 @@ def build(name: str, **options: Any) -> Attack:
 
 
 def available() -> dict[str, str]:
-    _ensure_loaded()
+    ensure_loaded()
     return {name: entry.description for name, entry in sorted(ATTACKS.items())}
 
 
 _loaders: list[Callable[[], None]] = []
 
 
-def _ensure_loaded() -> None:
+def ensure_loaded() -> None:
     from . import _registry  # noqa: F401  (imports every attack module, which register themselves)

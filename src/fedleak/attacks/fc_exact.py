@@ -1,4 +1,4 @@
-"""Shared parts of the exact (tuning-free) attacks on a fully connected layer: ``analytic-fc``, ``spear``, ``ilrg``.
+"""Shared parts of the exact (tuning-free) attacks on a fully connected layer: ``analytic-fc``, ``spear``, ``ilrg`` (:mod:`.label_counts`).
 
 A linear layer ``z = W x + b`` with a batch of B inputs ``X`` (B × n) has, for the mean loss of FedSGD,
 

@@ -6,15 +6,14 @@ E, m, η), your defenses (per-example noise, pruning, DP-SGD with Opacus's ε, s
 attacked under the honest-but-curious and the malicious threat models, with a verdict per threat
 model, plots, and an optional sweep over one knob.
 
-Modules, one job each: :mod:`.config` (what the user brings, validated), :mod:`.model_loading`,
-:mod:`.threats` (threat models and their attacks), :mod:`.engine` (one setting), :mod:`.run`
-(sweep, outputs), :mod:`.verdict` (the rule), :mod:`.report` and :mod:`.figures` (HTML and plots),
-:mod:`.default` (the embedded default), :mod:`.progress`, :mod:`.arguments` (CLI flags).
+Laid out by its stages (``docs/architecture.md``): :mod:`.plan` (what the user asked, the threat models
+and the attacks that fit), :mod:`.execute` (clients → updates → attacks, per threat model), :mod:`.judge`
+(verdict and evidence), :mod:`.report` (page, tables, plots); :mod:`.run` is the entry that walks them.
 """
 
-from .config import AuditConfig, Sweep
+from .judge.verdict import RULE
+from .plan.config import AuditConfig, Sweep
 from .run import audit
-from .verdict import RULE
 
 __all__ = ["RULE", "AuditConfig", "Sweep", "audit"]
 

@@ -16,18 +16,24 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from pathlib import Path
 
 from .. import data
 from ..errors import FedleakError
 from . import report
-from . import membership as text_membership
-from . import text as text_audit
-from .config import AuditConfig
-from .engine import Auditor
-from .malicious import check as check_malicious
-from .model_loading import check_fits, prepare_model
-from .progress import reporter
+from .execute import malicious
+from .execute import membership as text_membership
+from .execute import text as text_steps
+from .execute.engine import Auditor
+from .execute.progress import reporter
+from .execute.steps import RunContext
+from .execute.tuning import surrogate_clients
+from .judge.verdict import RULE, TEXT_RULE, evidence_sentence
+from .plan import text as text_plan
+from .plan import threats
+from .plan.combinations import check_plans
+from .plan.config import AuditConfig
+from .plan.model_loading import check_fits, prepare_model
+from .plan.points import attack_runs, configured_value, with_configured
 
 FORMAT = "fedleak.audit/2"
 
@@ -77,18 +83,18 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
     ``epochs``, ``batch_size``, ``lr``, ``static_batches``, ``defense``, ``rounds``, ``sample_rate``,
     ``delta``, ``sweep``, ``attacks``, ``malicious``, ``bins``, ``iterations``, ``quick``, ``seed``,
     ``device``; for ``data="text"`` also ``seq_len``, ``lora``, ``lora_warmup``, ``text_field``,
-    ``label_field``: :mod:`fedleak.audit.text`); keyword ``settings`` override it. ``progress``: ``"auto"``, ``"bar"``, ``"log"``,
-    ``None`` or a callable receiving event dicts (:mod:`fedleak.audit.progress`). ``log`` prints the
+    ``label_field``: :mod:`fedleak.audit.plan.text`); keyword ``settings`` override it. ``progress``: ``"auto"``, ``"bar"``, ``"log"``,
+    ``None`` or a callable receiving event dicts (:mod:`fedleak.audit.execute.progress`). ``log`` prints the
     summary (``None`` for silence).
     """
-    from ..config.cli_args import _device  # the one device check (names, availability); lazy: cli imports the package
+    from ..config.cli_args import check_device  # the one device check (names, availability); lazy: cli imports the package
 
     from ..runs.outdir import prepare_out_dir
 
     cfg = _config(config, settings)
     cfg.extra = dict(cfg.extra)  # this run's own (the preset and the candidate documents go here)
-    if cfg.flowertune:  # the FlowerTune client where the user gave no value (audit/flowertune.py)
-        from . import flowertune
+    if cfg.flowertune:  # the FlowerTune client where the user gave no value (audit/plan/flowertune.py)
+        from .plan import flowertune
 
         cfg, preset = flowertune.apply(cfg, cfg.device)
         cfg.extra["flowertune"] = preset
@@ -103,8 +109,8 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
         sweep = with_configured(sweep, configured_value(cfg, sweep.knob))
     values = list(sweep.values) if sweep else [None]
     plans = [cfg.resolve(**({sweep.knob: v} if sweep else {})) for v in values]
-    check_combinations(cfg, plans)
-    device = _device(cfg.device)
+    check_plans(cfg, plans)
+    device = check_device(cfg.device)
 
     from ..runs.lock import OutLock
 
@@ -119,12 +125,12 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     """The audit once its configuration is valid and ``out`` is locked: data, model, attacks, outputs."""
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
-    is_text = text_audit.is_text(cfg.data)
-    if is_text:  # the model's tokenizer and task decide how the text is cut (audit/text.py)
-        from .default import DEFAULT_MODEL
+    is_text = text_plan.is_text(cfg.data)
+    if is_text:  # the model's tokenizer and task decide how the text is cut (audit/plan/text.py)
+        from .plan.default import DEFAULT_MODEL
 
-        model_name = text_audit.model_name(cfg.model, DEFAULT_MODEL)
-        spec, pool, _, _ = text_audit.prepare(cfg, model_name, needed, max_samples)
+        model_name = text_plan.model_name(cfg.model, DEFAULT_MODEL)
+        spec, pool, _, _ = text_plan.prepare(cfg, model_name, needed, max_samples)
     else:
         model_name = cfg.model
         spec, pool = data.load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=max_samples,
@@ -141,30 +147,30 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     def model_for(plan):
         """The text model at this setting's LoRA rank (built once per rank)."""
         if plan.lora not in text_models:
-            from .flowertune import lora_options
+            from .plan.flowertune import lora_options
 
-            built = text_audit.build_model(model_name, spec, seed=cfg.model_seed, lora=plan.lora,
+            built = text_plan.build_model(model_name, spec, seed=cfg.model_seed, lora=plan.lora,
                                            lora_warmup=cfg.lora_warmup, weights=cfg.weights, dropout=cfg.dropout,
                                            lora_dropout=cfg.lora_dropout, **lora_options(cfg))
-            text_audit.check_fits(built, pool[0].inputs, model_name)
+            text_plan.check_fits(built, pool[0].inputs, model_name)
             text_models[plan.lora] = built.to(device)
         return text_models[plan.lora]
 
     if is_text:
         model = model_for(plans[0])
         if cfg.malicious:  # the imprint's placement (the token embedding) is checked before any attack runs
-            text_audit.imprint_placement(model, spec)
+            text_steps.imprint_placement(model, spec)
     else:
         model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
         check_fits(model, pool[0].inputs, spec, cfg.model)
-        check_malicious(cfg, spec, plans)
+        malicious.check(cfg, spec, plans)
         model = model.to(device)
 
     show = reporter(progress)
     try:
-        auditor = Auditor(cfg, spec, model, pool, device, show)
-        if cfg.tune:
-            auditor.public = surrogate_clients(cfg, pool, max_samples, model_name if is_text else None)
+        public = surrogate_clients(cfg, pool, max_samples, model_name if is_text else None) if cfg.tune else ()
+        context = RunContext(cfg, spec, device, show, tuple(public), budget=threats.AttackBudget.of(cfg))
+        auditor = Auditor(context, model, pool)
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
@@ -177,7 +183,10 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             label = f"{sweep.knob}={value:g}" if sweep else ""
             if is_text:
                 auditor.model = model_for(plan)
-            point = auditor.point(plan, label)
+            point = auditor.point(plan, label)  # execute: the honest-but-curious server, then the malicious one
+            if cfg.malicious:
+                malicious.threat_model(auditor, plan, context.at(label), point)
+                report.state_malicious(point.data["scenarios"]["malicious"])
             point.data["value"] = value
             point.data["settings"] = {"defense": plan.defense.to_text(), "secagg": plan.secagg,
                                       "protocols": {s.key: s.protocol.to_json() for s in plan.scenarios},
@@ -197,8 +206,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             show({"stage": "writing the report"})
         result = {"format": FORMAT, "data": spec.name, "model": model_name, "seed": cfg.seed, "quick": cfg.quick,
                   "parameters": n_params, "config": {**cfg.to_json(), "model": model_name},  # the model that ran
-                  "model_weights": text_audit.weights_note(model_name) if is_text and not cfg.weights else None,
-                  "rule": text_audit.RULE if is_text else report.RULE, "modality": spec.modality,
+                  "model_weights": text_plan.weights_note(model_name) if is_text and not cfg.weights else None,
+                  "rule": TEXT_RULE if is_text else RULE, "modality": spec.modality,
                   "sweep": sweep.to_json(plans[0].defense if plans[0].defense.active else
                                          next((p.defense for p in plans if p.defense.active), None))
                   if sweep else None, "points": points}
@@ -231,72 +240,6 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     return result
 
 
-def configured_value(cfg: AuditConfig, knob: str):
-    """The value the configured deployment (no sweep) has for ``knob``: the headline of a sweep (issue 27)."""
-    plan = cfg.resolve()
-    first = plan.scenarios[0]
-    if knob == "defense":
-        return _strength(plan.defense)
-    if knob == "secagg":
-        return plan.secagg
-    if knob == "lora":
-        return plan.lora
-    if knob == "samples":
-        return first.samples
-    if knob == "batch_size":
-        return first.protocol.batch_size if first.protocol.batch_size is not None else first.samples
-    return {"epochs": first.protocol.epochs, "lr": first.protocol.lr}[knob]
-
-
-def _strength(defense):
-    """The configured strength of ``defense`` on the ``--sweep defense=`` axis (0 when off): its σ / b / p, or for
-    an update filter the one parameter its ``with_strength`` moves (found by moving it, not by a second map)."""
-    params = getattr(defense, "params", None)
-    if not isinstance(params, dict):  # a per-example defense (its ``active`` says whether it acts at all)
-        return float(defense.scale) if defense.active and defense.kind != "none" else 0.0
-    for probe in (0.37, 3.7):
-        try:
-            moved = defense.with_strength(probe).params
-        except FedleakError:
-            continue
-        keys = [k for k in params if moved.get(k) != params.get(k)]
-        if len(keys) == 1:
-            return float(params[keys[0]])
-    return None
-
-
-def with_configured(sweep, value):
-    """``sweep`` with the configured value among its points (inserted in order when the user left it out)."""
-    if value is None or any(v == value for v in sweep.values):
-        return sweep
-    values = list(sweep.values) + [value]
-    if list(sweep.values) == sorted(sweep.values):
-        values.sort()
-    return type(sweep)(sweep.knob, tuple(values))
-
-
-def check_combinations(cfg: AuditConfig, plans: list) -> None:
-    """Option combinations that cannot run, refused before any work (one line each; issue 27)."""
-    lora = any(p.lora for p in plans)
-    if lora and cfg.malicious:
-        raise FedleakError("--lora with the malicious threat model: the imprint block reads tokens through the "
-                           "embedding table, which a LoRA update does not carry; add --no-malicious")
-    text = text_audit.is_text(cfg.data)
-    if lora and not text:
-        raise FedleakError("--lora applies to language models (--data text)")
-    from . import threats
-    from .engine import MALICIOUS_NAMES
-
-    text_names = set(threats.TEXT_BUDGETS) | set(threats.TEXT_EXACT_ATTACKS) | set(threats.TEXT_HONEST_ATTACKS["fedsgd"])
-    for name in cfg.attacks or ():
-        if name in MALICIOUS_NAMES:
-            continue
-        if text and name not in text_names:
-            raise FedleakError(f"--attacks {name}: an image attack; a text audit takes {', '.join(sorted(text_names))}")
-        if not text and name in text_names:
-            raise FedleakError(f"--attacks {name}: a text attack; it needs --data text")
-
-
 def config_hash(config: dict) -> str:
     """A short hash of an audit's configuration (canonical JSON), stamped on ``metrics.json``."""
     text = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
@@ -322,26 +265,6 @@ def environment(device) -> dict:
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
             "reproducible_given": "the seed, the same torch build, CPU instruction set, thread count and device; "
                                   "other float rounding changes the optimizations' results"}
-
-
-def attack_runs(cfg: AuditConfig, plans: list, model=None) -> int:
-    """How many attacks the audit will run (the engine's choice of attacks per scenario, per target), the exact
-    attacks it adds whatever ``--attacks`` says included when ``model`` is given."""
-    from . import threats
-    from .engine import MALICIOUS_NAMES
-
-    text = text_audit.is_text(cfg.data)
-    override = [a for a in (cfg.attacks or ()) if a not in MALICIOUS_NAMES]
-    per_target = 0
-    for plan in plans:
-        for s in plan.scenarios:
-            names = [c.name for c in threats.honest_attacks(s.key, override=override, quick=cfg.quick,
-                                                            iterations=cfg.iterations, seed=cfg.seed, text=text)
-                     ] if (override or not cfg.attacks) else []
-            if model is not None:
-                names += [n for n in threats.required_exact(model, s.protocol, s.samples, text=text) if n not in names]
-            per_target += len(names)
-    return cfg.clients * (per_target + (len(plans) if cfg.malicious else 0))
 
 
 def _write(out: Path, result: dict, examples: list, log=None) -> None:
@@ -374,8 +297,6 @@ def _log_summary(log, result: dict, out: Path) -> None:
         if result.get("sweep"):
             log(f"\n{result['sweep']['label']} = {point['value']:g}")
         log("\n" + report.printed_table(point))
-        from .verdict import evidence_sentence
-
         for name, tm in point["threat_models"].items():
             log(report.verdict_sentence(name, tm, quick=bool(result.get("quick"))))
             if tm.get("evidence"):
@@ -389,31 +310,3 @@ def _log_summary(log, result: dict, out: Path) -> None:
     log(f"report: {out / 'report.html'}  metrics: {out / 'metrics.json'}")
 
 
-def surrogate_clients(cfg, pool: list, samples: int, text_model=None) -> list:
-    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool.
-
-    Text (``text_model``: the audited model's name): the sequences after the audited clients', cut with the
-    model's own tokenizer and task (:func:`fedleak.audit.text.prepare`)."""
-    from .tuning import check_disjoint
-
-    if text_model is not None:
-        _, more, _, _ = text_audit.prepare(cfg, text_model, len(pool) + cfg.tune_clients, samples)
-        public = [c for c in more[len(pool):] if len(c) >= samples][: cfg.tune_clients]
-        if not public:
-            raise FedleakError(f"--tune: the text has no surrogate client with {samples} sequences beyond the "
-                               f"{len(pool)} audited one(s)")
-        check_disjoint(public, pool)
-        return public
-    try:
-        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=cfg.tune_clients, samples_per_client=samples,
-                              seed=cfg.seed + 1, split="test")
-    except FedleakError:
-        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=len(pool) + cfg.tune_clients,
-                              samples_per_client=samples, seed=cfg.seed + 1)
-        public = public[len(pool):]
-    public = [c for c in public if len(c) >= samples][: cfg.tune_clients]
-    if not public:
-        raise FedleakError(f"--tune: dataset {cfg.data!r} has no surrogate client with {samples} samples "
-                           f"outside the audited ones")
-    check_disjoint(public, pool)
-    return public

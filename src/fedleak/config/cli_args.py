@@ -1,7 +1,7 @@
 """Command-line values: option parsing, the device and dtype names, argparse ``type`` functions with
 bounds (absurd sizes stop before any memory is spent), and the parser whose errors are one line.
 
-Used by :mod:`fedleak.cli` and by the audit's own flags (:mod:`fedleak.audit.arguments`).
+Used by :mod:`fedleak.cli` and by the audit's own flags (:mod:`fedleak.audit.plan.arguments`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Optional, Sequence
 from ..errors import FedleakError
 
 
-def _options(pairs: Optional[Sequence[str]]) -> dict:
+def parse_options(pairs: Optional[Sequence[str]]) -> dict:
     """``--option KEY=VALUE`` pairs (repeatable) through the one reader, :func:`fedleak.config.specs.parse_pairs`."""
     from .specs import parse_pairs
 
     return parse_pairs(pairs, "--option")
 
 
-def _device(name: str) -> str:
+def check_device(name: str) -> str:
     import torch
 
     try:
@@ -35,12 +35,12 @@ def _device(name: str) -> str:
     return str(device)
 
 
-def _show_progress(args) -> bool:
+def show_progress(args) -> bool:
     """Progress bars on an interactive terminal unless --no-progress."""
     return not args.no_progress and sys.stderr.isatty()
 
 
-def _set_threads(args) -> None:
+def set_threads(args) -> None:
     import torch
 
     threads = args.threads if args.threads is not None else (1 if args.command == "audit" else None)
@@ -50,7 +50,7 @@ def _set_threads(args) -> None:
         torch.set_num_threads(threads)
 
 
-def _dtype(name: str):
+def parse_dtype(name: str):
     import torch
 
     return {"float32": torch.float32, "float64": torch.float64}[name]
@@ -63,7 +63,7 @@ from .boundary import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED  # noqa: E402
 MAX_FLOAT = MAX_RATE  # the largest value of a positive float flag (--lr 1e308 would overflow the update)
 
 
-def _int_type(minimum: int, maximum: int):
+def int_type(minimum: int, maximum: int):
     """An argparse ``type`` accepting integers in ``[minimum, maximum]`` with a one-line message."""
 
     def parse(text: str) -> int:
@@ -78,7 +78,7 @@ def _int_type(minimum: int, maximum: int):
     return parse
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -88,7 +88,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _nonnegative_float(text: str) -> float:
+def nonnegative_float(text: str) -> float:
     """A finite number from 0 to :data:`MAX_CLIENTS` (GPUs per job may be a fraction; NaN and inf refused)."""
     try:
         value = float(text)
@@ -99,20 +99,20 @@ def _nonnegative_float(text: str) -> float:
     return value
 
 
-def _nonempty(text: str) -> str:
+def nonempty(text: str) -> str:
     if not text.strip() or "\x00" in text:
         raise argparse.ArgumentTypeError(f"expected a non-empty value, got {text!r}")
     return text
 
 
-_SEED = _int_type(0, MAX_SEED)
+SEED = int_type(0, MAX_SEED)
 
 
 class UsageError(FedleakError):
     """A command line argparse refused (unknown option, bad value); reported in one line."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse's parser with errors raised as one-line :class:`UsageError`, not usage + exit."""
 
     def error(self, message):

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..errors import FedleakError
 from ..types import DataSpec, Update
-from .imprint.bins import _box, _cumulative_rows, _edges, _support
+from .imprint.bins import bin_box, cumulative_rows, bin_edges, bin_support
 from .imprint.distribution import Distribution, linear_function
 
 
@@ -65,13 +65,13 @@ def disguised_imprint(model: nn.Module, spec: DataSpec, *, bins: int = 64, pertu
     dead = dead if mix else 0
     g = torch.Generator().manual_seed(int(seed))
     u = linear_function("randn", c * h * w, generator=g)
-    edges = _edges(Distribution("gaussian", 0.0, 1.0), [1.0 / bins] * bins, _support(u, _box(spec, (c, h, w))))
+    edges = bin_edges(Distribution("gaussian", 0.0, 1.0), [1.0 / bins] * bins, bin_support(u, bin_box(spec, (c, h, w))))
     pairs = list(zip(edges[:-1].tolist(), edges[1:].tolist()))
     q = torch.linalg.qr(torch.randn(c, c, generator=g, dtype=torch.float64))[0] if mix else torch.eye(c, dtype=torch.float64)
     u_mixed = (q @ u.view(c, h * w))  # ⟨u, x⟩ = Σ_p (Q u_p)ᵀ (Q x_p) for orthogonal Q
     full = torch.zeros(c + dead, h * w, dtype=torch.float64)
     full[:c] = u_mixed
-    rows, biases, _ = _cumulative_rows(full.reshape(-1), pairs, 1.0)
+    rows, biases, _ = cumulative_rows(full.reshape(-1), pairs, 1.0)
     norm = float(u_mixed.norm())
     if perturb > 0:
         noise = torch.randn(bins, c * h * w, generator=g, dtype=torch.float64)

@@ -39,10 +39,10 @@ from torch import nn
 
 from ..errors import FedleakError
 from ..types import DataSpec
-from .imprint.bins import _box, _cumulative_rows, _edges, _sparse_rows, _support
+from .imprint.bins import bin_box, cumulative_rows, bin_edges, sparse_rows, bin_support
 from .imprint.block import Threshold
 from .imprint.distribution import Distribution, linear_function
-from .imprint.options import LINFUNCS, _choice, _positive
+from .imprint.options import LINFUNCS, check_choice, check_positive
 
 SECRETS_FORMAT = "fedleak.loki/1"
 STRUCTURES = ("cumulative", "sparse")
@@ -52,8 +52,8 @@ MAX_ENTRIES = 2 ** 28
 
 def check_budget(clients, bins, shape) -> None:
     """One line naming K and ``--bins`` when K clients × ``bins`` bins per client do not fit (LOKI's FC size)."""
-    clients = _positive("clients", clients, integer=True)
-    bins = _positive("bins", bins, integer=True)
+    clients = check_positive("clients", clients, integer=True)
+    bins = check_positive("bins", bins, integer=True)
     if len(shape) != 3:
         raise FedleakError(f"loki routes image inputs (C, H, W) through a convolution, got input shape {tuple(shape)}")
     numel = (int(shape[0]) + 1) * int(shape[1]) * int(shape[2])
@@ -130,11 +130,11 @@ def loki(model: nn.Module, spec: DataSpec, *, clients: int, bins: int, structure
     """
     if not isinstance(model, nn.Module) or not isinstance(spec, DataSpec):
         raise FedleakError("loki needs a torch.nn.Module and a fedleak.DataSpec")
-    structure = _choice("loki structure", structure, STRUCTURES)
-    _choice("linfunc", linfunc, LINFUNCS)
-    clients = _positive("clients", clients, integer=True)
-    bins = _positive("bins", bins, integer=True)
-    gain = _positive("gain", gain)
+    structure = check_choice("loki structure", structure, STRUCTURES)
+    check_choice("linfunc", linfunc, LINFUNCS)
+    clients = check_positive("clients", clients, integer=True)
+    bins = check_positive("bins", bins, integer=True)
+    gain = check_positive("gain", gain)
     check_budget(clients, bins, spec.shape)
     c, h, w = (int(s) for s in spec.shape)
     width = c + 1
@@ -144,14 +144,14 @@ def loki(model: nn.Module, spec: DataSpec, *, clients: int, bins: int, structure
         raise FedleakError("the model has no parameters")
     generator = torch.Generator().manual_seed(int(seed))
     u = linear_function(linfunc, c * h * w, generator=generator)
-    box = _box(spec, tuple(spec.shape))
+    box = bin_box(spec, tuple(spec.shape))
     if surrogate is not None:
         values = torch.as_tensor(surrogate).flatten(1).double().cpu() @ u
         dist = Distribution.fit("gaussian", values)
     else:
         dist = Distribution("gaussian", 0.0, 1.0)
-    support = _support(u, box)
-    edges = _edges(dist, [1.0 / bins] * bins, support)
+    support = bin_support(u, box)
+    edges = bin_edges(dist, [1.0 / bins] * bins, support)
     pairs = list(zip(edges[:-1].tolist(), edges[1:].tolist()))
     # the indicator channel adds T to every row's input; T puts all thresholds above 0
     indicator = 1.0
@@ -160,11 +160,11 @@ def loki(model: nn.Module, spec: DataSpec, *, clients: int, bins: int, structure
     full = torch.zeros(numel, dtype=torch.float64)
     full.view(width, h * w)[:c] = u.view(c, h * w)
     full.view(width, h * w)[c] = shift / (indicator * h * w)
-    rows, biases, info = (_cumulative_rows if structure == "cumulative" else _sparse_rows)(full, pairs_shifted, gain)
+    rows, biases, info = (cumulative_rows if structure == "cumulative" else sparse_rows)(full, pairs_shifted, gain)
     nonlinearity: nn.Module = nn.ReLU() if structure == "cumulative" else Threshold(gain, "hardtanh")
     if connection_scale is None:
         connection_scale = 1.0 / (bins * gain)
-    connection_scale = _positive("connection_scale", connection_scale)
+    connection_scale = check_positive("connection_scale", connection_scale)
     conv = nn.Conv2d(c, clients * width, 3, padding=1)
     fc = nn.Linear(numel, clients * bins)
     with torch.no_grad():

@@ -79,16 +79,23 @@ def is_model_folder(name) -> bool:
     return isinstance(name, str) and name not in _FACTORIES and os.path.isdir(name)
 
 
+#: ``(matches, make)`` pairs, in order: a model named by a path (a model folder, a ``.gguf`` file) is built by the
+#: first ``make(name)`` whose ``matches(name)`` is true (:mod:`fedleak.models.hf` registers its two)
+PATH_FACTORIES: list = []
+
+
+def register_path_factory(matches: Callable[[str], bool], make: Callable[[str], Factory]) -> None:
+    """Let models named by a path be built: ``make(name)`` gives the factory when ``matches(name)``."""
+    PATH_FACTORIES.append((matches, make))
+
+
 def _folder_factory(name) -> Optional[Factory]:
-    if isinstance(name, str) and name not in _FACTORIES and name.lower().endswith(".gguf"):
-        from .hf import gguf_factory  # a GGUF file (fedleak.models.hf.gguf); a missing file is one line there
-
-        return gguf_factory(name)
-    if not is_model_folder(name):
+    if not isinstance(name, str) or name in _FACTORIES:
         return None
-    from .hf import folder_factory
-
-    return folder_factory(name)
+    for matches, make in PATH_FACTORIES:
+        if matches(name):
+            return make(name)
+    return None
 
 
 def check(name, options: Optional[dict] = None) -> None:

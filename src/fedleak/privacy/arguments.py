@@ -1,7 +1,7 @@
 """The ``fedleak dp-audit`` flags; ``cli.py`` calls :func:`add_arguments` and :func:`run_from_args` only.
 
 Model, data, clients, rounds, ``--defense`` and ``--out`` are named as ``fedleak audit`` names them (the
-defense spec is parsed by the same :func:`fedleak.audit.config.parse_defenses`). ``--level`` picks what is
+defense spec is parsed by the same :func:`fedleak.audit.plan.config.parse_defenses`). ``--level`` picks what is
 audited: ``client`` (client-level DP of DP-FedAvg) or ``example`` (one client's DP-SGD, its examples' privacy);
 by default the level the ``--defense`` names.
 """

@@ -49,7 +49,7 @@ def _positive(name: str, value, integer: bool = False, upper: float = math.inf):
 
 def parse_claim(defense, level: Optional[str]):
     """The parsed ``--defense`` and the level it audits: ``flower-central-dp`` → client, ``dp-sgd`` → example."""
-    from ..audit.config import parse_defenses
+    from ..audit.plan.config import parse_defenses
     from ..fl.update_filters import UpdateFilter
 
     if level is not None and level not in LEVELS:

@@ -26,8 +26,8 @@ OPTION = "--leakage-metrics"
 
 
 def defense_key(specs) -> tuple:
-    """(kind, σ, C) of a defense spec list as :func:`fedleak.audit.config.parse_defenses` reads it."""
-    from ..audit.config import parse_defenses
+    """(kind, σ, C) of a defense spec list as :func:`fedleak.audit.plan.config.parse_defenses` reads it."""
+    from ..audit.plan.config import parse_defenses
 
     parsed, _, _ = parse_defenses([specs] if isinstance(specs, str) else list(specs or ()))
     params = getattr(parsed, "params", None)

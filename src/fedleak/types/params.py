@@ -7,7 +7,6 @@ inference) are looked up through :func:`layers` / :func:`last_linear`, never by 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -106,10 +105,6 @@ def check_update(update: Update, model: nn.Module) -> None:
             )
     check_finite(update.server_params, "update (server parameters)")
     check_finite(update.client_params or update.gradient, "update")
-
-
-def num_params(tensors: Params) -> int:
-    return sum(math.prod(t.shape) for t in tensors.values())
 
 
 def flatten(tensors: Params, names=None) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ...types import Reconstruction, Update
-from .probes import base_of, device_of, hf_of, run_model
+from .probes import base_of, device_of, hf_of
 
 
 def task_of(model: nn.Module) -> str:
@@ -127,8 +127,3 @@ def first_inputs_fn(model: nn.Module, points: list[dict], module: nn.Module):
         return torch.stack([capture(model, p, ids, module) for p in points])
 
     return run
-
-
-def forward_logits(model: nn.Module, params: dict, ids: torch.Tensor) -> torch.Tensor:
-    out = run_model(model, params, ids)
-    return getattr(out, "logits", out)

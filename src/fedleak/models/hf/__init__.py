@@ -31,7 +31,7 @@ from typing import Optional
 import torch
 
 from ...types import DataSpec
-from ..registry import register
+from ..registry import is_model_folder, register, register_path_factory
 from .wrapper import IGNORE, LMOutput, HFTextModel, as_ids, next_token_loss, next_token_targets
 
 __all__ = ["HFTextModel", "LMOutput", "IGNORE", "as_ids", "next_token_loss", "next_token_targets",
@@ -115,6 +115,11 @@ def gguf_factory(path: str):
         return _finish(model, spec, lora, lora_warmup, lora_alpha, lora_dropout, lora_targets)
 
     return factory
+
+
+# a .gguf file (fedleak.models.hf.gguf; a missing file is one line there), then a model folder
+register_path_factory(lambda name: name.lower().endswith(".gguf"), gguf_factory)
+register_path_factory(is_model_folder, folder_factory)
 
 
 @register("smollm2", HF_MODELS["smollm2"])

@@ -1,9 +1,9 @@
 """The rows and biases of the block: bin edges and the per-structure designs (Fowl et al. 2022).
 
-* :func:`_edges`: equal-mass bin edges cᵢ = F⁻¹(i/k), outer edges at the support of h over
+* :func:`bin_edges`: equal-mass bin edges cᵢ = F⁻¹(i/k), outer edges at the support of h over
   valid inputs (§3.3).
-* :func:`_cumulative_rows`: ReLU rows gain·(h − cᵢ) (§3.3, Eq. 4).
-* :func:`_sparse_rows`: thresholded rows gain·(h − cᵢ)/δᵢ (§4.3).
+* :func:`cumulative_rows`: ReLU rows gain·(h − cᵢ) (§3.3, Eq. 4).
+* :func:`sparse_rows`: thresholded rows gain·(h − cᵢ)/δᵢ (§4.3).
 * :func:`_design`: the above per structure, including the one-shot block's two fused rows
   (§4.2) and the CAH trap weights (:func:`_trap_weights`; Boenisch et al., App. A.8).
 """
@@ -19,10 +19,10 @@ import torch
 from ...errors import FedleakError
 from ...types import DataSpec
 from .distribution import Distribution
-from .options import _positive
+from .options import check_positive
 
 
-def _box(spec: DataSpec, shape: tuple, dtype=torch.float64) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+def bin_box(spec: DataSpec, shape: tuple, dtype=torch.float64) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """Per-entry bounds of valid normalized images of ``spec`` (``None`` for other inputs)."""
     if tuple(shape) != tuple(spec.shape):
         return None
@@ -34,7 +34,7 @@ def _box(spec: DataSpec, shape: tuple, dtype=torch.float64) -> Optional[tuple[to
     return low, high
 
 
-def _support(w: torch.Tensor, box) -> Optional[tuple[float, float]]:
+def bin_support(w: torch.Tensor, box) -> Optional[tuple[float, float]]:
     """min and max of h = ⟨w, x⟩ over the box of valid inputs."""
     if box is None:
         return None
@@ -43,7 +43,7 @@ def _support(w: torch.Tensor, box) -> Optional[tuple[float, float]]:
     return float(torch.minimum(a, b).sum()), float(torch.maximum(a, b).sum())
 
 
-def _edges(dist: Distribution, masses: Sequence[float], support) -> np.ndarray:
+def bin_edges(dist: Distribution, masses: Sequence[float], support) -> np.ndarray:
     """Bin edges e₀ < … < e_k with the given bin masses (Σ = 1); outer edges at the support."""
     cum = np.cumsum(np.asarray(masses, dtype=np.float64))[:-1]
     inner = dist.quantile(np.clip(cum, 1e-15, 1 - 1e-15))
@@ -71,22 +71,22 @@ def _design(structure, bins, w, dist, support, gain, one_shot, target, spec, sha
                 raise FedleakError(f"one-shot target {target} leaves no room for two bins of mass 1/{bins}")
             edges = dist.quantile([target - m, target, target + m])
             pairs = [(edges[0], edges[1]), (edges[1], edges[2])]
-            return _sparse_rows(w, pairs, gain) + ([m, m],)
+            return sparse_rows(w, pairs, gain) + ([m, m],)
         if not target + m < 1:
             raise FedleakError(f"one-shot target {target} + 1/{bins} must stay below 1")
         edges = dist.quantile([target, target + m])
         upper = support[1] if support is not None else dist.far(+1)
         pairs = [(edges[0], edges[1]), (edges[1], upper)]
-        return _cumulative_rows(w, pairs, gain) + ([m, 1.0 - target - m],)
+        return cumulative_rows(w, pairs, gain) + ([m, 1.0 - target - m],)
     masses = [1.0 / bins] * bins
-    edges = _edges(dist, masses, support)
+    edges = bin_edges(dist, masses, support)
     pairs = list(zip(edges[:-1].tolist(), edges[1:].tolist()))
     if structure == "cumulative":
-        return _cumulative_rows(w, pairs, gain) + (masses,)
-    return _sparse_rows(w, pairs, gain) + (masses,)
+        return cumulative_rows(w, pairs, gain) + (masses,)
+    return sparse_rows(w, pairs, gain) + (masses,)
 
 
-def _cumulative_rows(w, pairs, gain):
+def cumulative_rows(w, pairs, gain):
     lows = torch.tensor([p[0] for p in pairs], dtype=torch.float64)
     rows = gain * w.expand(len(pairs), -1).clone()
     biases = -gain * lows
@@ -94,7 +94,7 @@ def _cumulative_rows(w, pairs, gain):
     return rows, biases, info
 
 
-def _sparse_rows(w, pairs, gain):
+def sparse_rows(w, pairs, gain):
     lows = torch.tensor([p[0] for p in pairs], dtype=torch.float64)
     widths = torch.tensor([p[1] - p[0] for p in pairs], dtype=torch.float64)
     if not bool((widths > 0).all()):
@@ -113,8 +113,8 @@ def _trap_weights(bins, spec, shape, box, generator, sigma, scale, bias):
     entries −|N(0, σ²)| and the rest scale·|N(0, σ²)|; as a layer on normalized inputs this is
     W·diag(std) with bias b + W·mean.
     """
-    sigma = _positive("cah_sigma", sigma)
-    scale = _positive("cah_scale", scale)
+    sigma = check_positive("cah_sigma", sigma)
+    scale = check_positive("cah_scale", scale)
     numel = math.prod(shape)
     mags = torch.randn(bins, numel, generator=generator, dtype=torch.float64).abs() * sigma
     negative = torch.rand(bins, numel, generator=generator, dtype=torch.float64).argsort(1) < numel // 2

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ...errors import FedleakError
-from .options import CONNECTIONS, SIDES, THRESHOLDS, _choice
+from .options import CONNECTIONS, SIDES, THRESHOLDS, check_choice
 
 
 class Threshold(nn.Module):
@@ -29,7 +29,7 @@ class Threshold(nn.Module):
     def __init__(self, gain: float = 1.0, kind: str = "hardtanh") -> None:
         super().__init__()
         self.gain = float(gain)
-        self.kind = _choice("threshold", kind, THRESHOLDS)
+        self.kind = check_choice("threshold", kind, THRESHOLDS)
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
         if self.kind == "hardtanh":
@@ -57,7 +57,7 @@ class ImprintBlock(nn.Module):
         numel = math.prod(self.input_shape)
         self.linear = nn.Linear(numel, bins)
         self.nonlinearity = nonlinearity
-        self.connection = _choice("connection", connection, CONNECTIONS)
+        self.connection = check_choice("connection", connection, CONNECTIONS)
         self.connection_scale = float(connection_scale)
         self.out = nn.Linear(bins, numel) if connection == "linear" else None
 
@@ -107,7 +107,7 @@ class Imprinted(nn.Module):
         self.imprint = block
         self.base = base
         self.position = position
-        self.side = _choice("side", side, SIDES)
+        self.side = check_choice("side", side, SIDES)
         self._secrets = copy.deepcopy(secrets)
         if position:
             target = _submodule(base, position)

@@ -16,10 +16,10 @@ from torch import nn
 
 from ...errors import FedleakError
 from ...types import DataSpec
-from .bins import _box, _design, _support
+from .bins import bin_box, _design, bin_support
 from .block import Imprinted, ImprintBlock, Threshold, _submodule
 from .distribution import Distribution, linear_function
-from .options import CDFS, CONNECTIONS, LINFUNCS, ONE_SHOT, SECRETS_FORMAT, SIDES, STRUCTURES, _choice, _positive
+from .options import CDFS, CONNECTIONS, LINFUNCS, ONE_SHOT, SECRETS_FORMAT, SIDES, STRUCTURES, check_choice, check_positive
 from .placement import _features_at, _input_shape_at, _tokens, linearize_resnet
 
 
@@ -87,15 +87,15 @@ def imprint(
         raise FedleakError(f"imprint needs a fedleak.DataSpec, got {type(spec).__name__}")
     if isinstance(model, Imprinted):
         raise FedleakError("this model already carries an imprint block")
-    structure = _choice("structure", structure, STRUCTURES)
-    _choice("linfunc", linfunc, LINFUNCS)
-    _choice("cdf", cdf, CDFS)
-    _choice("connection", connection, CONNECTIONS)
-    _choice("one_shot", one_shot, ONE_SHOT)
-    _choice("side", side, SIDES)
-    bins = _positive("bins", bins, integer=True)
-    gain = _positive("gain", gain)
-    shift = _positive("shift", shift)
+    structure = check_choice("structure", structure, STRUCTURES)
+    check_choice("linfunc", linfunc, LINFUNCS)
+    check_choice("cdf", cdf, CDFS)
+    check_choice("connection", connection, CONNECTIONS)
+    check_choice("one_shot", one_shot, ONE_SHOT)
+    check_choice("side", side, SIDES)
+    bins = check_positive("bins", bins, integer=True)
+    gain = check_positive("gain", gain)
+    shift = check_positive("shift", shift)
     if structure in ("cumulative", "sparse", "cah") and bins < 2:
         raise FedleakError(f"an imprint block needs at least 2 bins, got {bins}")
     if structure == "one-shot" and bins < 3:
@@ -148,14 +148,14 @@ def imprint(
         w = linear_function(linfunc, numel, mode=mode, generator=generator)
         offset = 0.0
 
-    box = _box(spec, shape) if not position else None
+    box = bin_box(spec, shape) if not position else None
     if surrogate is not None:
         feats = _features_at(base, position, side, surrogate) if position else surrogate
         h_values = feats.flatten(1).double().cpu() @ w
         dist = Distribution.fit(cdf, h_values)
     else:
         dist = Distribution(cdf, (loc if loc is not None else 0.0) + offset, scale if scale is not None else 1.0)
-    support = _support(w, box)
+    support = bin_support(w, box)
 
     rows_w, rows_b, secrets_bins, masses = _design(structure, bins, w, dist, support, gain, one_shot, target,
                                                    spec, shape, box, generator, cah_sigma, cah_scale, cah_bias)
@@ -169,7 +169,7 @@ def imprint(
         nonlinearity = nn.ReLU()
     if connection_scale is None:
         connection_scale = 1.0 / (k * gain)
-    connection_scale = _positive("connection_scale", connection_scale)
+    connection_scale = check_positive("connection_scale", connection_scale)
     block = ImprintBlock(shape, k, nonlinearity, connection, connection_scale)
     with torch.no_grad():
         weight = torch.empty_like(rows_w)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ...errors import FedleakError
-from .options import CDFS, LINFUNCS, _choice, _positive
+from .options import CDFS, LINFUNCS, check_choice, check_positive
 
 
 def linear_function(kind: str, numel: int, *, mode: int = 32,
@@ -29,8 +29,8 @@ def linear_function(kind: str, numel: int, *, mode: int = 32,
     * ``randn``: a Gaussian random direction, standardized to mean 0 and std 1/√m, so h is close
       to N(0, 1) for unit-variance inputs (App. A.2, Fig. 6 right).
     """
-    _choice("linfunc", kind, LINFUNCS)
-    numel = _positive("input size", numel, integer=True)
+    check_choice("linfunc", kind, LINFUNCS)
+    numel = check_positive("input size", numel, integer=True)
     if kind == "mean":
         return torch.full((numel,), 1.0 / numel, dtype=torch.float64)
     if kind == "dct":
@@ -64,7 +64,7 @@ class Distribution:
     bandwidth: float = 0.0
 
     def __post_init__(self) -> None:
-        _choice("cdf", self.kind, CDFS)
+        check_choice("cdf", self.kind, CDFS)
         if not (math.isfinite(self.loc) and math.isfinite(self.scale) and self.scale > 0):
             raise FedleakError(f"distribution loc/scale must be finite with scale > 0, got {self.loc}, {self.scale}")
         if self.kind == "empirical" and (len(self.samples) < 2 or not self.bandwidth > 0):
@@ -73,7 +73,7 @@ class Distribution:
     @classmethod
     def fit(cls, kind: str, values) -> "Distribution":
         """Fit ``kind`` to surrogate values of h (mean/std, or the kernel-smoothed empirical CDF)."""
-        _choice("cdf", kind, CDFS)
+        check_choice("cdf", kind, CDFS)
         h = np.sort(np.asarray(torch.as_tensor(values).detach().double().cpu(), dtype=np.float64).ravel())
         if h.size < 2 or not np.isfinite(h).all():
             raise FedleakError(f"fitting the distribution of h needs at least 2 finite surrogate values, got {h.size}")

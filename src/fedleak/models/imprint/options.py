@@ -22,13 +22,13 @@ SIDES = ("before", "after")
 SECRETS_FORMAT = "fedleak.imprint/1"
 
 
-def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+def check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise FedleakError(f"imprint option {name!r} must be one of {', '.join(allowed)}; got {value!r}")
     return value
 
 
-def _positive(name: str, value: Any, integer: bool = False):
+def check_positive(name: str, value: Any, integer: bool = False):
     """A positive option under the boundary's rules and bounds (:mod:`fedleak.config.boundary`): an
     integer option takes an ``int`` (``2.0`` and ``2.5`` refused) up to ``MAX_INT``; a number is finite
     and at most ``MAX_FLOAT``."""

@@ -17,7 +17,7 @@ from ..registry import build as build_model
 from ..registry import register
 from .block import Imprinted
 from .build import imprint
-from .options import _positive
+from .options import check_positive
 
 
 @register("imprint", "Robbing the Fed (Fowl et al. 2022): an imprint block (cumulative / sparse / one-shot / "
@@ -45,7 +45,7 @@ def imprinted(spec: DataSpec, *, base: str = "resnet18", base_options: Optional[
     if surrogate_root is not None:
         from ...data import load
 
-        count = _positive("surrogate_count", surrogate_count, integer=True)
+        count = check_positive("surrogate_count", surrogate_count, integer=True)
         _, clients = load(spec.name, root=surrogate_root, num_clients=1, samples_per_client=count, seed=0,
                           split=surrogate_split)
         surrogate = clients[0].inputs

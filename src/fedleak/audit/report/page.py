@@ -14,16 +14,15 @@ from typing import Optional
 
 from PIL import Image
 
-from ..report import _CSS, _html_images, _html_table, _html_text, markdown_table
+from ...report import CSS, html_images, html_text
 from . import figures
-from . import text_report
-from .threats import HONEST, MALICIOUS
-from .verdict import BUDGET_FACTOR_FOR_LOW, COLOURS, EVIDENCE_RULE, MIN_TUNE_TRIALS, RULE, evidence_sentence
+from . import text as text_report
+from .tables import IMAGE, TEXT
+from ..plan.threats import HONEST, MALICIOUS
+from ..judge.verdict import BUDGET_FACTOR_FOR_LOW, COLOURS, EVIDENCE_RULE, MIN_TUNE_TRIALS, RULE, evidence_sentence
 
-#: JSON key -> column title
-COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "psnr": "Mean PSNR (dB)", "ssim": "SSIM",
-           "rec_percent": "Recognizable images (%)", "rec_range": "Per-client range (%)", "iip": "Identified images (IIP, %)",
-           "label_count_error": "Label-count error", "seconds": "Attack time (s)"}
+#: JSON key -> column title (images)
+COLUMNS = IMAGE.columns
 THREAT_TITLES = {HONEST: "Honest-but-curious server", MALICIOUS: "Malicious server"}
 _EXTRA_CSS = """
 .verdicts { display: flex; flex-wrap: wrap; gap: 1rem; margin: 1rem 0 .5rem; }
@@ -35,38 +34,18 @@ td.v { color: #fff; font-weight: 600; }
 """
 
 
+def _table(point: dict):
+    """The point's table configuration (:mod:`.tables`): text or images."""
+    return TEXT if any(text_report.is_text(tm) for tm in point.get("threat_models", {}).values()) else IMAGE
+
+
 def rows(point: dict) -> list[dict]:
     """One row per (scenario, attack) with the human column names."""
-    if _text_point(point):
-        return text_report.rows(point)
-    out = []
-    for key, scenario in point["scenarios"].items():
-        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
-        for name, s in attacks.items():
-            label = f"{s['title']} [{name}]" + (f", {s['bins']} bins" if key == "malicious" else "")
-            row = {**{k: s.get(k) for k in COLUMNS if k in s}, "scenario": key, "attack": label}
-            if row.get("iip") is not None:
-                row["iip"] = 100.0 * row["iip"]
-            if s.get("targets", 1) > 1:
-                row["rec_range"] = f"{s['rec_percent_min']:.0f}–{s['rec_percent_max']:.0f}"
-            out.append({COLUMNS[k]: row.get(k) for k in COLUMNS})
-    return out
-
-
-def _columns(table: list[dict]) -> list[str]:
-    """Every column, the per-client range only when some attack ran on several clients."""
-    return [c for c in COLUMNS.values() if c != COLUMNS["rec_range"] or any(r.get(c) for r in table)]
-
-
-def _text_point(point: dict) -> bool:
-    return any(text_report.is_text(tm) for tm in point.get("threat_models", {}).values())
+    return _table(point).rows(point)
 
 
 def printed_table(point: dict) -> str:
-    if _text_point(point):
-        return text_report.printed_table(point)
-    table = rows(point)
-    return markdown_table(table, [c for c in _columns(table) if c != COLUMNS["seconds"]])
+    return _table(point).printed(point)
 
 
 #: said wherever a verdict of a --quick audit is shown: its attacks ran with shortened budgets
@@ -109,6 +88,32 @@ def imprint_sentence(mal: dict) -> str:
             f"{mal['verbatim_db']:.0f} dB); Proposition 1 of Fowl et al. expects {mal['expected_count']:.1f} of {n} "
             f"(inputs alone in their bin). {mal['rec_percent']:.0f}% of the images are recognizable (PSNR above "
             f"{mal['threshold']:g} dB), with no optimization, in {mal['seconds']:.2f} s.")
+
+
+def loki_sentence(mal: dict) -> str:
+    """LOKI's result (:mod:`fedleak.audit.execute.malicious`), stated once with its assumption."""
+    k, bins, total = mal["clients_per_aggregate"], mal["bins_per_client"], mal["num_inputs"]
+    return (f"LOKI: the server ships each of the {k} clients of an aggregate its own model (a routing "
+            f"convolution and {bins} bins per client, {int(mal['added_parameters']):,} added parameters). From the "
+            f"secure aggregate it reads back {mal['verbatim_count']} of {total} images verbatim (PSNR above "
+            f"{mal['verbatim_db']:.0f} dB); Proposition 1 of Fowl et al. per client expects "
+            f"{mal['expected_count']:.1f}. {mal['rec_percent']:.0f}% are recognizable (PSNR above "
+            f"{mal['threshold']:g} dB), with no optimization, in {mal['seconds']:.2f} s. Assumes {mal['assumption']}.")
+
+
+def state_malicious(mal: dict) -> None:
+    """Store the malicious result's sentence in its summary (``metrics.json``'s ``sentence``) where one sentence
+    says more than the shared one: LOKI's (its assumption) and, with several malicious attacks, the others'
+    verbatim counts beside the strongest's."""
+    compared = mal.get("compared") or {}
+    if mal.get("attack") != "loki" and not compared:
+        return
+    sentence = loki_sentence(mal) if mal.get("attack") == "loki" else imprint_sentence(mal)
+    if compared:
+        others = "; ".join(f"{s['title']} [{s['attack']}] {s['verbatim_count']} of {s['num_inputs']}"
+                           for name, s in compared.items() if name != mal["attack"])
+        sentence += f" Verbatim with the other malicious attacks: {others}."
+    mal["sentence"] = sentence
 
 
 def what_to_change(result: dict) -> list[str]:
@@ -255,7 +260,7 @@ def _setup_text(result: dict) -> str:
         lines.append(f"Swept: {sweep['label']} = {values} (the protocol below is the first value's).")
     lines += [p["text"] for p in result["points"][0]["scenarios"].values() if p.get("text")]
     preset = result.get("flowertune")
-    if isinstance(preset, dict):  # --flowertune (audit/flowertune.py): the shape audited and how it was scaled
+    if isinstance(preset, dict):  # --flowertune (audit/plan/flowertune.py): the shape audited and how it was scaled
         lines.append(f"Preset: {preset['preset']}, {preset['full_shape']}; audited: {preset['shape']}."
                      + (f" {preset['scaling'][0].upper()}{preset['scaling'][1:]}." if preset.get("scaling") else "")
                      + f" Differences: {preset['differences']}.")
@@ -285,11 +290,11 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     parts.append(_section("Verdict", "verdict", verdict_html,
                           f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>',
                           f'<p class="rule">{html.escape(EVIDENCE_RULE[:1].upper() + EVIDENCE_RULE[1:])}</p>'))
-    parts.append(_section("What to change", "what-to-change", _html_text("\n\n".join(result["what_to_change"]))))
-    parts.append(_section("Setup", "setup", _html_text(_setup_text(result))))
+    parts.append(_section("What to change", "what-to-change", html_text("\n\n".join(result["what_to_change"]))))
+    parts.append(_section("Setup", "setup", html_text(_setup_text(result))))
     tuning_lines = _tuning_text(first)
     if tuning_lines:
-        parts.append(_section("Attack tuning", "tuning", _html_text("\n\n".join(tuning_lines))))
+        parts.append(_section("Attack tuning", "tuning", html_text("\n\n".join(tuning_lines))))
     shown = sorted({0, result.get("headline", 0), len(result["points"]) - 1})
     for index in shown:
         point = result["points"][index]
@@ -298,20 +303,19 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
             parts.append(_section(f"Results{label}", f"results-{index}",
                                   *text_report.results_body(point, examples[index])))
             continue
-        table = rows(point)
-        body = [_html_table(table, _columns(table), ".2f")]
+        body = [IMAGE.html(point)]
         if "malicious" in point["scenarios"]:
-            body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
+            body.append(html_text(imprint_sentence(point["scenarios"]["malicious"])))
         images = [(f"{scenario}: {attack}: originals (top) vs reconstructions (bottom), each with its PSNR; "
                    f"{figures.LEGEND}",
                    figures.labelled_grid(ex.originals, ex.reconstructions, ex.psnr, ex.threshold))
                   for (scenario, attack), ex in examples[index].items()]
-        body.append(_html_images(images))
+        body.append(html_images(images))
         parts.append(_section(f"Results{label}", f"results-{index}", *body))
     plot_images = [(caption, img) for caption, img in plots.values()]
-    parts.append(_section("Plots", "plots", _html_images(plot_images)))
+    parts.append(_section("Plots", "plots", html_images(plot_images)))
     how_to_read = text_report.HOW_TO_READ if text_report.is_text(result) else None
-    parts.append(_section("How to read this report", "how-to-read", _html_text(how_to_read or
+    parts.append(_section("How to read this report", "how-to-read", html_text(how_to_read or
         "Each grid pairs a client's private image (top) with what the server reconstructed from the update alone "
         "(bottom), matched by PSNR (Hungarian assignment), with the pair's PSNR. The threshold (20 dB; 19 dB for "
         "CIFAR-100) is the papers' Rec% rule (Dimitrov et al., App. A.8), a count for comparing attacks, not a "
@@ -322,7 +326,7 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
         "images. metrics.json holds every number, the full configuration and one entry per sweep value.")))
     document = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                f"<title>{html.escape(title)}</title><style>{_CSS}{_EXTRA_CSS}"
+                f"<title>{html.escape(title)}</title><style>{CSS}{_EXTRA_CSS}"
                 f"{text_report.CSS if text_report.is_text(result) else ''}</style></head>\n"
                 f"<body><main><h1>{html.escape(title)}</h1>\n" + "\n".join(parts)
                 + "\n<footer>Generated by fedleak audit.</footer></main></body></html>\n")

@@ -34,9 +34,8 @@ MODEL = "smollm2"
 
 def apply(cfg, device: str = "cpu"):
     """``(config with the preset where the user gave no value, description)``."""
-    from ..errors import FedleakError
-    from .default import DEFAULT_DATA, DEFAULT_MODEL
-    from .membership import DEFAULT_CANDIDATES
+    from ...errors import FedleakError
+    from .default import DEFAULT_CANDIDATES, DEFAULT_DATA, DEFAULT_MODEL
 
     data = "text" if cfg.data == DEFAULT_DATA else cfg.data
     if str(data).strip().lower() != "text":

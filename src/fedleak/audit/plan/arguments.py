@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args) -> AuditConfig:
     """The YAML file (if any), then every flag given on the command line."""
-    from ..config.specs import split_names
+    from ...config.specs import split_names
 
     base = AuditConfig.from_yaml(args.config) if args.config else AuditConfig()
     given = {k: getattr(args, k) for k in _KEYS if getattr(args, k, None) is not None}
@@ -92,8 +92,8 @@ def config_from_args(args) -> AuditConfig:
         given["attacks"] = split_names(args.attacks, "--attacks")
     if args.no_malicious:
         given["malicious"] = False
-    from ..config.boundary import settings_model, validate
-    from ..errors import FedleakError
+    from ...config.boundary import settings_model, validate
+    from ...errors import FedleakError
     from .config import Sweep, parse_defenses
 
     validate(settings_model(AuditConfig), given, style="flag")  # errors name the flag (--batch-size)

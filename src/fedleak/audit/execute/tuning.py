@@ -9,7 +9,7 @@ data (the attacker knows it: it is its own): images by the mean PSNR, text by th
 exactly plus the mean ROUGE-1 (:func:`score`). The best trial's settings are then used against the victims.
 
 A search counts towards a ``low`` verdict only with at least
-:data:`fedleak.audit.verdict.MIN_TUNE_TRIALS` trials (the default settings are trial 0).
+:data:`fedleak.audit.judge.verdict.MIN_TUNE_TRIALS` trials (the default settings are trial 0).
 
 **The victim's data never reaches the tuner, by construction**: :func:`tune` takes only the surrogate
 clients, and :func:`check_disjoint` (called by the audit before tuning) fails if any surrogate image equals a
@@ -25,12 +25,12 @@ import dataclasses
 import time
 from typing import Callable, Optional
 
-from .. import metrics
-from ..attacks.base import ATTACKS, _ensure_loaded
-from ..errors import FedleakError
-from ..fl import client_update
-from ..types import ClientData, DataSpec
-from .threats import AttackChoice, build
+from ... import metrics
+from ...attacks.base import ATTACKS, ensure_loaded
+from ...errors import FedleakError
+from ...fl import client_update
+from ...types import ClientData, DataSpec
+from ..plan.threats import AttackChoice, build
 
 #: search space: option -> (low, high) on a log scale; only options the attack has are searched
 LOG_RANGES = {"lr": (1e-3, 1.0), "tv": (1e-6, 1e-1)}
@@ -39,7 +39,7 @@ BUDGET_MULTIPLES = (1, 2, 4)
 
 
 def _options_of(name: str) -> set[str]:
-    _ensure_loaded()
+    ensure_loaded()
     return {f.name for f in dataclasses.fields(ATTACKS[name].cls.Options)}
 
 
@@ -160,3 +160,34 @@ def tune(choice: AttackChoice, model, spec: DataSpec, protocol, public: list[Cli
 def tuned_choice(choice: AttackChoice, record: dict) -> AttackChoice:
     """``choice`` with the tuned options."""
     return AttackChoice(choice.name, {**choice.options, **record["options"]}, choice.title)
+
+
+def surrogate_clients(cfg, pool: list, samples: int, text_model=None) -> list:
+    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool.
+
+    Text (``text_model``: the audited model's name): the sequences after the audited clients', cut with the
+    model's own tokenizer and task (:func:`fedleak.audit.plan.text.prepare`)."""
+    from ... import data
+    from ..plan.text import prepare
+
+    if text_model is not None:
+        _, more, _, _ = prepare(cfg, text_model, len(pool) + cfg.tune_clients, samples)
+        public = [c for c in more[len(pool):] if len(c) >= samples][: cfg.tune_clients]
+        if not public:
+            raise FedleakError(f"--tune: the text has no surrogate client with {samples} sequences beyond the "
+                               f"{len(pool)} audited one(s)")
+        check_disjoint(public, pool)
+        return public
+    try:
+        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=cfg.tune_clients, samples_per_client=samples,
+                              seed=cfg.seed + 1, split="test")
+    except FedleakError:
+        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=len(pool) + cfg.tune_clients,
+                              samples_per_client=samples, seed=cfg.seed + 1)
+        public = public[len(pool):]
+    public = [c for c in public if len(c) >= samples][: cfg.tune_clients]
+    if not public:
+        raise FedleakError(f"--tune: dataset {cfg.data!r} has no surrogate client with {samples} samples "
+                           f"outside the audited ones")
+    check_disjoint(public, pool)
+    return public

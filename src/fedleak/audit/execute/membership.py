@@ -14,35 +14,18 @@ of each; a seeded half replaces the first sequences of the client's data). The s
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-from ..errors import FedleakError
-from ..types import ClientData
-
-DEFAULT_CANDIDATES = 64
-
-
-def read_candidates(path) -> list[str]:
-    """The non-empty lines of a UTF-8 file; an unreadable, empty or non-UTF-8 file is one line."""
-    p = Path(path)
-    if not p.is_file():
-        raise FedleakError(f"--candidates {path}: no such file")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FedleakError(f"--candidates {path}: not UTF-8 text (byte {exc.start})") from None
-    docs = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(docs) < 2:
-        raise FedleakError(f"--candidates {path}: {'empty' if not docs else 'one document'}; the membership test "
-                           f"needs at least 2 candidate documents (one per non-empty line)")
-    return docs
+from ...errors import FedleakError
+from ...types import ClientData
+from ..plan.candidates import read_candidates
+from ..plan.default import DEFAULT_CANDIDATES
 
 
 def _file_sequences(docs: list[str], tokenizer, seq_len: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from ..data import tokenizers as toks
+    from ...data import tokenizers as toks
 
     rows, labels = [], []
     for doc in docs:
@@ -88,9 +71,9 @@ def build_candidates(client: ClientData, outside: Optional[ClientData], count: i
 def measure(model, client: ClientData, outside: Optional[ClientData], protocol, *, count: int, seed: int,
             docs: Optional[list] = None, spec=None, progress=None) -> dict:
     """The membership entry of metrics.json for one audited client under ``protocol``."""
-    from ..attacks.text.membership import alignment_scores
-    from ..fl.client import client_update
-    from ..metrics.membership import membership_metrics
+    from ...attacks.text.membership import alignment_scores
+    from ...fl.client import client_update
+    from ...metrics.membership import membership_metrics
 
     tokenizer = getattr(model, "tokenizer", None)
     victim, ids, labels, members = build_candidates(
@@ -124,31 +107,6 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
     return out
 
 
-def roc_plot(entry: dict):
-    """The ROC curve (log-scaled FPR with the 1 % and 0.1 % marks) as a PIL image."""
-    from .figures import _figure_to_image, _pyplot
-
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(4.6, 3.6))
-    fpr, tpr = entry["roc"]["fpr"], entry["roc"]["tpr"]
-    floor = min(0.5 * entry["fpr_resolution"], 1e-3)
-    ax.step([max(f, floor) for f in fpr], tpr, where="post", color="#0b5cad",
-            label=f"gradient alignment (AUC {entry['auc']:.3f})")
-    grid = [floor * (1 / floor) ** (i / 50) for i in range(51)]
-    ax.plot(grid, grid, color="#8c959f", linestyle=":", label="chance")
-    for x, name in ((0.01, "1% FPR"), (0.001, "0.1% FPR")):
-        ax.axvline(x, color="#d1242f", linewidth=0.7, alpha=0.6)
-        ax.text(x, 0.02, name, rotation=90, fontsize=7, color="#d1242f", ha="right", va="bottom")
-    ax.set_xscale("log")
-    ax.set_xlim(floor, 1)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel(f"false-positive rate (resolution 1/{entry['non_members']})")
-    ax.set_ylabel("true-positive rate")
-    ax.set_title(f"Membership of {entry['candidates']} candidate documents", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
-    return _figure_to_image(fig)
-
-
 def sentence(entry: dict) -> str:
     """One paragraph for the report and the printed summary."""
     return (f"Membership of candidate documents: of {entry['candidates']} documents the server holds "
@@ -173,7 +131,7 @@ def outside_pool(cfg, model_name: str, needed: int, samples: int) -> Optional[Cl
     if cfg.candidates:
         cfg.extra["candidate_docs"] = read_candidates(cfg.candidates)
         return None
-    from . import text as text_audit
+    from ..plan import text as text_audit
 
     count = cfg.membership
     members = min(count // 2, samples)

@@ -26,8 +26,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..errors import FedleakError
-from ..types import DataSpec
+from ...errors import FedleakError
+from ...types import DataSpec
 
 
 def is_factory_path(name: str) -> bool:
@@ -81,7 +81,7 @@ def check_model(name, weights: Optional[str] = None, *, load: bool = True):
     :func:`fedleak.models.check`; a ``.safetensors`` checkpoint's header read; ``MODULE:FACTORY``'s module
     imported and its factory found callable (not called); with ``load=False`` (when the config is made) a
     ``.py`` file is only found, not run. Returns the factory of a ``MODULE:FACTORY`` name loaded."""
-    from .. import models
+    from ... import models
 
     if not isinstance(name, str) or not name.strip():
         raise FedleakError(f"model must be a zoo name or MODULE:FACTORY, got {name!r}")
@@ -90,7 +90,7 @@ def check_model(name, weights: Optional[str] = None, *, load: bool = True):
         if not path.is_file():
             raise FedleakError(f"--weights {weights}: no such file")
         if path.suffix == ".safetensors":
-            from ..config.loaders import safetensors_header
+            from ...config.loaders import safetensors_header
 
             safetensors_header(path, f"--weights {weights}")
     if not is_factory_path(name):
@@ -113,7 +113,7 @@ def check_model(name, weights: Optional[str] = None, *, load: bool = True):
 
 def build_model(name: str, spec: DataSpec, seed: int = 0) -> nn.Module:
     """The model named by ``name`` (zoo name or ``MODULE:FACTORY``) for ``spec``, on CPU, float32."""
-    from .. import models
+    from ... import models
 
     factory = check_model(name)
     if factory is None:
@@ -136,7 +136,7 @@ def read_weights(path) -> dict:
         raise FedleakError(f"weights file {path} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from ..config.loaders import read_safetensors
+        from ...config.loaders import read_safetensors
 
         return read_safetensors(path, f"weights file {path}")
     if suffix in (".pt", ".pth"):

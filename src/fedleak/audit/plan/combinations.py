@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..errors import FedleakError, unknown_choice
+from ...errors import FedleakError, unknown_choice
+from . import threats
+from .text import is_text
 
 if TYPE_CHECKING:
     from .config import AuditConfig, Sweep
@@ -25,7 +27,6 @@ def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
     """Option combinations that cannot work, refused before any work: a knob the audit would not turn
     (``--lora`` or ``--sweep lora=`` on images) and attacks of the other modality (image attacks on text)."""
     from .model_loading import check_model
-    from .text import is_text
 
     check_model(cfg.model, cfg.weights, load=False)  # name, folder, GGUF, factory, weights: before any data
     text = is_text(cfg.data)
@@ -38,18 +39,17 @@ def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
             raise FedleakError(f"--sweep lora=... applies to text audits only (--data text); this audit is of "
                                f"{cfg.data!r} images, where LoRA changes nothing")
     if cfg.candidates:  # the file is read (and refused) when the config is made, not when the run reaches it
-        from .membership import read_candidates
+        from .candidates import read_candidates
 
         read_candidates(cfg.candidates)
     if cfg.attacks:
-        from ..attacks.base import ATTACKS, _ensure_loaded
-        from .engine import MALICIOUS_NAMES
+        from ...attacks.base import ATTACKS, ensure_loaded
 
-        _ensure_loaded()
+        ensure_loaded()
         for name in cfg.attacks:
             if name not in ATTACKS:
                 raise unknown_choice("attack (--attacks)", name, ATTACKS)
-        honest = [n for n in cfg.attacks if n not in MALICIOUS_NAMES]
+        honest = [n for n in cfg.attacks if n not in threats.MALICIOUS_NAMES]
         kinds = {n: "text" if ATTACKS[n].cls.__module__.startswith("fedleak.attacks.text") else "image"
                  for n in honest}
         wrong = [n for n, kind in kinds.items() if (kind == "text") != text]
@@ -58,3 +58,22 @@ def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
                           if e.cls.__module__.startswith("fedleak.attacks.text") == text)
             raise FedleakError(f"--attacks {wrong[0]} is an {kinds[wrong[0]]} attack; this audit is of "
                                f"{'text' if text else 'images'}: use {', '.join(fits[:12])}")
+
+
+def check_plans(cfg, plans: list) -> None:
+    """Option combinations that cannot run, refused before any work (one line each; issue 27)."""
+    lora = any(p.lora for p in plans)
+    if lora and cfg.malicious:
+        raise FedleakError("--lora with the malicious threat model: the imprint block reads tokens through the "
+                           "embedding table, which a LoRA update does not carry; add --no-malicious")
+    text = is_text(cfg.data)
+    if lora and not text:
+        raise FedleakError("--lora applies to language models (--data text)")
+    text_names = set(threats.TEXT_BUDGETS) | set(threats.TEXT_EXACT_ATTACKS) | set(threats.TEXT_HONEST_ATTACKS["fedsgd"])
+    for name in cfg.attacks or ():
+        if name in threats.MALICIOUS_NAMES:
+            continue
+        if text and name not in text_names:
+            raise FedleakError(f"--attacks {name}: an image attack; a text audit takes {', '.join(sorted(text_names))}")
+        if not text and name in text_names:
+            raise FedleakError(f"--attacks {name}: a text attack; it needs --data text")

@@ -1,4 +1,4 @@
-"""The verdict rule: high, medium or low leakage for one threat model.
+"""The verdict rule: high, medium or low leakage for one threat model (images and text alike).
 
 An image counts as **recognizable** when its reconstruction's PSNR exceeds the dataset's threshold δ
 (20 dB; 19 dB for CIFAR-100: the Rec% protocol of Dimitrov et al., App. A.8). For each attack the
@@ -29,13 +29,27 @@ RULE = (f"high: the strongest attack reconstructs at least {HIGH_PERCENT:.0f}% o
         f"attack's mean PSNR is more than {PARTIAL_DB:.0f} dB below the threshold.")
 
 
-def level(rec_percent: Optional[float], psnr: Optional[float] = None, threshold: float = 20.0) -> str:
-    """The verdict for the strongest attack's mean Rec% and the best mean PSNR (dB)."""
+#: text: the mean ROUGE-1 at which a text attack's recovery counts as partial (half the words show)
+PARTIAL_ROUGE = 0.5
+TEXT_RULE = (f"high: the strongest attack recovers at least {HIGH_PERCENT:.0f}% of a client's sequences exactly "
+             f"(every token at its position), averaged over the audited clients; medium: it recovers some exactly but "
+             f"fewer than {HIGH_PERCENT:.0f}%, or none but with a mean ROUGE-1 of at least {PARTIAL_ROUGE} (half the "
+             f"words show); low: no sequence is recovered exactly and every attack's mean ROUGE-1 is below "
+             f"{PARTIAL_ROUGE}.")
+
+
+def level(rec_percent: Optional[float], psnr: Optional[float] = None, threshold: float = 20.0, *,
+          rouge1: Optional[float] = None) -> str:
+    """The verdict for the strongest attack's mean Rec% (images: recognizable; text: exact sequences) and the
+    best partial score: mean PSNR (dB) within :data:`PARTIAL_DB` of ``threshold``, or a text attack's mean
+    ROUGE-1 of at least :data:`PARTIAL_ROUGE` — one rule for both modalities (:data:`RULE`, :data:`TEXT_RULE`)."""
     if rec_percent is None:
         return "not run"
     if rec_percent >= HIGH_PERCENT:
         return "high"
-    if rec_percent > 0 or (psnr is not None and psnr >= threshold - PARTIAL_DB):
+    partial = ((psnr is not None and psnr >= threshold - PARTIAL_DB)
+               or (rouge1 is not None and rouge1 >= PARTIAL_ROUGE))
+    if rec_percent > 0 or partial:
         return "medium"
     return "low"
 
@@ -49,6 +63,21 @@ def judge(attack_scores: dict) -> dict:
     psnr = max(s.get("psnr") or 0.0 for s in scored.values())
     return {"verdict": level(best["rec_percent"], psnr, best.get("threshold", 20.0)),
             "rec_percent": best["rec_percent"], "psnr": psnr, "strongest": name}
+
+
+def judge_text(attack_scores: dict) -> dict:
+    """``{verdict, rec_percent (exact %), rouge1, psnr: None, strongest}`` of a text audit from ``{attack: scores}``:
+    a sequence counts as recovered when every one of its tokens is (``exact_sequences``)."""
+    scored = {name: s for name, s in attack_scores.items() if s.get("rec_percent") is not None}
+    if not scored:
+        return {"verdict": "not run", "rec_percent": None, "rouge1": None, "psnr": None, "strongest": None}
+    name, best = max(scored.items(), key=lambda kv: (kv[1]["rec_percent"], kv[1].get("rouge1") or 0.0))
+    rouge1 = max(s.get("rouge1") or 0.0 for s in scored.values())
+    failed = [s["exactness"].get("reason") for s in scored.values()
+              if isinstance(s.get("exactness"), dict) and s["exactness"].get("holds") is False]
+    return {"verdict": level(best["rec_percent"], rouge1=rouge1), "rec_percent": best["rec_percent"],
+            "rouge1": rouge1, "psnr": None, "strongest": name, "modality": "text",
+            "condition_failed": failed[0] if failed else None}
 
 
 def worst(verdicts) -> str:
@@ -155,8 +184,8 @@ def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, bas
     ``precondition`` (``{"holds", "reason"}``), ``verification`` (relative error and tolerance); optimization —
     ``iterations`` (or text ``steps``), ``budget_factor`` (its budget / the default), ``tuned``,
     ``tuning_trials``, ``converged``. ``required_exact``: registry names of the exact attacks applicable to this
-    model and protocol (:func:`fedleak.audit.threats.required_exact`); ``required_optimization``: the threat
-    model's default optimization attacks (:func:`fedleak.audit.threats.required_optimization`); one of either
+    model and protocol (:func:`fedleak.audit.plan.threats.required_exact`); ``required_optimization``: the threat
+    model's default optimization attacks (:func:`fedleak.audit.plan.threats.required_optimization`); one of either
     that did not run makes ``low`` impossible. ``knowledge`` is copied into ``assumptions``; ``base``: the modality's :func:`judge` result.
     """
     base = base if base is not None else judge(attack_scores)

@@ -11,13 +11,12 @@ import html
 
 import numpy as np
 
-from ..report import _html_images, _html_table, _html_text, markdown_table
+from ...report import html_text
 from .figures import _figure_to_image, _pyplot, _wrap
-from .text import PARTIAL_ROUGE, RULE
+from .tables import TEXT
+from ..judge.verdict import PARTIAL_ROUGE, TEXT_RULE
 
-COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "exact_sequences": "Exact sequences (%)",
-           "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "token_accuracy": "Token accuracy (%)",
-           "rec_range": "Per-client range (%)", "condition": "Exactness condition", "seconds": "Attack time (s)"}
+COLUMNS = TEXT.columns
 CSS = """
 .pairs td { vertical-align: top; font-family: ui-monospace, monospace; font-size: .85rem; }
 .tok-ok { background: #d1f0dc; }
@@ -30,43 +29,6 @@ CSS = """
 
 def is_text(obj: dict) -> bool:
     return isinstance(obj, dict) and obj.get("modality") == "text"
-
-
-def _condition(s: dict) -> str:
-    ex = s.get("exactness")
-    if not isinstance(ex, dict):
-        return ""
-    held = ex.get("holds", ex.get("held"))
-    text = ex.get("condition") or ex.get("reason") or ""
-    mark = "" if held is None else ("held: " if held else "failed: ")
-    return f"{mark}{text}"  # whole: a cell is never cut mid-word (the table wraps it)
-
-
-def rows(point: dict) -> list[dict]:
-    out = []
-    for key, scenario in point["scenarios"].items():
-        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
-        for name, s in attacks.items():
-            label = f"{s['title']} [{name}]" + (f", {s['bins']} bins" if key == "malicious" else "")
-            row = {"scenario": key, "attack": label, "seconds": s.get("seconds"), "condition": _condition(s)}
-            for k in ("rouge1", "rouge2", "rougeL"):
-                row[k] = s.get(k)
-            for k in ("exact_sequences", "token_accuracy"):
-                row[k] = None if s.get(k) is None else 100.0 * s[k]
-            if s.get("targets", 1) > 1:
-                row["rec_range"] = f"{s['rec_percent_min']:.0f}–{s['rec_percent_max']:.0f}"
-            out.append({COLUMNS[k]: row.get(k) for k in COLUMNS})
-    return out
-
-
-def columns(table: list[dict]) -> list[str]:
-    optional = (COLUMNS["rec_range"], COLUMNS["condition"])
-    return [c for c in COLUMNS.values() if c not in optional or any(r.get(c) for r in table)]
-
-
-def printed_table(point: dict) -> str:
-    table = rows(point)
-    return markdown_table(table, [c for c in columns(table) if c not in (COLUMNS["seconds"], COLUMNS["condition"])])
 
 
 def verdict_sentence(title: str, tm: dict, prefix: bool = True) -> str:
@@ -207,8 +169,8 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
         for s in attacks.values():
             series[f"{key}: {s['title']}"] = s.get("rouge1_per_input", [])
     plots = {"rouge-distribution": ("Per-sequence ROUGE-1 of each attack", rouge_distribution(series))}
-    if isinstance(result.get("membership"), dict):  # membership of candidate documents (audit/membership.py)
-        from .membership import roc_plot
+    if isinstance(result.get("membership"), dict):  # membership of candidate documents (audit/execute/membership.py)
+        from .figures import roc_plot
 
         plots["membership-roc"] = ("Membership of candidate documents: ROC of the gradient-alignment score",
                                    roc_plot(result["membership"]))
@@ -239,23 +201,19 @@ HOW_TO_READ = ("Each table pairs a client's private sequence (left) with what th
                "common subsequence overlap (rouge-score, on the decoded text); exact sequences is the share of "
                "sequences recovered token for token; padding is not scored. An exact attack states its condition "
                "(e.g. tokens in the step versus the layer's width or the LoRA rank) in the table. metrics.json "
-               "holds every number, the full configuration and one entry per sweep value. Rule: " + RULE)
+               "holds every number, the full configuration and one entry per sweep value. Rule: " + TEXT_RULE)
 
 
 def results_body(point: dict, examples: dict) -> list[str]:
-    table = rows(point)
-    body = [_html_table(table, columns(table), ".2f")]
+    body = [TEXT.html(point)]
     if "malicious" in point["scenarios"]:
-        body.append(_html_text(imprint_sentence(point["scenarios"]["malicious"])))
+        body.append(html_text(imprint_sentence(point["scenarios"]["malicious"])))
     training = (point.get("settings") or {}).get("training")
     if isinstance(training, dict) and training.get("statement"):
-        body.append(_html_text(f"Client training: {training['statement']}."))
+        body.append(html_text(f"Client training: {training['statement']}."))
     if isinstance(point.get("membership"), dict) and point["membership"].get("sentence"):
-        body.append(_html_text(point["membership"]["sentence"]))
+        body.append(html_text(point["membership"]["sentence"]))
     for (scenario, attack), ex in examples.items():
         body.append(pairs_html(f"{scenario}: {attack}", ex))
     return body
 
-
-def plots_html(plots: dict) -> str:
-    return _html_images([(caption, img) for caption, img in plots.values()])

@@ -43,12 +43,12 @@ class LogProgress:
         self.step_time, self.unit = self.start, "iteration"
         self.in_attack, self.beat = False, None
         if heartbeat:
-            from ..runs.heartbeat import Heartbeat
+            from ...runs.heartbeat import Heartbeat
 
             self.beat = Heartbeat(self._heartbeat_line, self._write)
 
     def _write(self, text: str) -> None:
-        from ..runs.heartbeat import logger
+        from ...runs.heartbeat import logger
 
         line = f"[{time.perf_counter() - self.start:7.1f}s] {text}"
         print(line, file=self.stream, flush=True)
@@ -83,7 +83,7 @@ class LogProgress:
         return current + max(self.total_attacks - self.attacks, 0) * (mean if mean is not None else projected)
 
     def _eta_text(self) -> str:
-        from ..runs.heartbeat import duration
+        from ...runs.heartbeat import duration
 
         eta = self.eta()
         return "" if eta is None else f"; ETA ~{duration(eta)} (estimate)"
@@ -173,7 +173,7 @@ def reporter(mode="auto"):
         return BarProgress()
     if mode == "log":
         return LogProgress()
-    from ..errors import unknown_choice
+    from ...errors import unknown_choice
 
     raise unknown_choice("progress mode", mode, ("auto", "bar", "log", "quiet"))
 
@@ -183,7 +183,7 @@ def optimizer_callback(progress: Optional[ProgressFn], stage: str):
     if progress is None:
         return None
 
-    from ..attacks.progress import current_unit
+    from ...attacks.progress import current_unit
 
     def report(step: int, total: int, loss) -> None:
         progress({"stage": stage, "step": step, "total": total, "loss": loss, "unit": current_unit()})
@@ -193,7 +193,7 @@ def optimizer_callback(progress: Optional[ProgressFn], stage: str):
 
 def with_progress(mode, stage: str, work):
     """``work()`` under a reporter for ``mode`` (:func:`reporter`): every optimization loop inside reports to it."""
-    from ..attacks.optimize import progress_reporter
+    from ...attacks.optimize import progress_reporter
 
     show = reporter(mode)
     try:

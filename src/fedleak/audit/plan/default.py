@@ -12,6 +12,8 @@ from __future__ import annotations
 DEFAULT_MODEL = "femnist-cnn"
 DEFAULT_DATA = "digits"
 DEFAULT_BINS = 64
+#: candidate documents of the membership measurement of a text audit (``--membership``'s default count)
+DEFAULT_CANDIDATES = 64
 #: algorithm -> (samples N, epochs E, batch size m, client lr η)
 DEFAULT_PROTOCOLS = {"fedsgd": (4, 1, None, 0.004), "fedavg": (10, 5, 5, 0.004)}
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Optional
 
-from ..config.boundary import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED, finite_float, settings_model, validate
-from ..config.specs import names_tuple, parse_spec, split_names
-from ..errors import FedleakError, check_options, unknown_choice
-from ..fl.accounting import check_privacy
-from ..fl.defenses import Defense
-from ..types import Protocol
+from ...config.boundary import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED, finite_float, settings_model, validate
+from ...config.specs import names_tuple, parse_spec, split_names
+from ...errors import FedleakError, check_options, unknown_choice
+from ...fl.accounting import check_privacy
+from ...fl.defenses import Defense
+from ...types import Protocol
 from .default import DEFAULT_BINS, DEFAULT_DATA, DEFAULT_MODEL, DEFAULT_PROTOCOLS
 
 #: knob -> (type, what it changes)
@@ -171,7 +171,7 @@ class AuditConfig:
     text_field: str = "text"
     label_field: str = "label"
     # clients train as deployments do: dropout as the model's config says ("shipped") or "off" on request;
-    # PEFT's adapter dropout; the FlowerTune preset (audit/flowertune.py); membership of candidate documents
+    # PEFT's adapter dropout; the FlowerTune preset (audit/plan/flowertune.py); membership of candidate documents
     dropout: str = "shipped"
     lora_dropout: Optional[float] = None
     flowertune: bool = False
@@ -244,7 +244,7 @@ class AuditConfig:
 
     @classmethod
     def from_yaml(cls, path) -> "AuditConfig":
-        from ..config.yaml_safe import read_yaml_file
+        from ...config.yaml_safe import read_yaml_file
 
         values = read_yaml_file(path, "audit config")
         return cls.from_mapping({} if values is None else values, f"audit config {path}")
@@ -376,6 +376,6 @@ def parse_defenses(specs) -> tuple[Defense, int, dict]:
 
 
 def _is_filter(defense) -> bool:
-    from ..fl.update_filters import UpdateFilter
+    from ...fl.update_filters import UpdateFilter
 
     return isinstance(defense, UpdateFilter)

@@ -21,9 +21,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import attacks
-from ..attacks.base import ATTACKS, _ensure_loaded
-from ..errors import unknown_choice
+from ... import attacks
+from ...attacks.base import ATTACKS, ensure_loaded
+from ...errors import FedleakError, unknown_choice
 
 HONEST = "honest-but-curious"
 MALICIOUS = "malicious"
@@ -31,6 +31,8 @@ THREAT_MODELS = {
     HONEST: "the server follows the protocol and reconstructs data from the updates it receives",
     MALICIOUS: "the server ships a modified model (an imprint block) to the clients and reads their inputs back",
 }
+#: the malicious server's attacks (``--attacks`` may name them; the rest of ``--attacks`` are honest)
+MALICIOUS_NAMES = ("imprint", "imprint-sparse", "imprint-one-shot", "cah", "loki")
 
 #: honest server's attacks per algorithm
 HONEST_ATTACKS = {"fedsgd": ("inverting-gradients",), "fedavg": ("dimitrov", "agic", "awa-no-bo")}
@@ -63,13 +65,13 @@ def _family(name: str) -> str:
 
 
 def _accepts(name: str, option: str) -> bool:
-    _ensure_loaded()
+    ensure_loaded()
     return option in {f.name for f in dataclasses.fields(ATTACKS[name].cls.Options)}
 
 
 def choose(name: str, *, quick: bool, iterations: Optional[int], seed: int) -> AttackChoice:
     """The audit's options for attack ``name`` (budget, labels), unknown names rejected."""
-    _ensure_loaded()
+    ensure_loaded()
     if name not in ATTACKS:
         raise unknown_choice("attack", name, ATTACKS)
     family = _family(name)
@@ -84,10 +86,34 @@ def choose(name: str, *, quick: bool, iterations: Optional[int], seed: int) -> A
     return AttackChoice(name, options, TITLES.get(name, name))
 
 
-def honest_attacks(algorithm: str, *, override=None, quick: bool = False, iterations: Optional[int] = None,
-                   seed: int = 0, text: bool = False) -> list[AttackChoice]:
+@dataclass(frozen=True)
+class AttackBudget:
+    """What every attack of one audit is chosen with: ``--quick`` (shortened budgets), ``--iterations`` (an
+    explicit budget) and the seed."""
+
+    quick: bool = False
+    iterations: Optional[int] = None
+    seed: int = 0
+
+    @classmethod
+    def of(cls, config) -> "AttackBudget":
+        """The budget of an :class:`~fedleak.audit.AuditConfig`."""
+        return cls(bool(config.quick), config.iterations, config.seed)
+
+    def choose(self, name: str) -> AttackChoice:
+        """:func:`choose` at this budget."""
+        return choose(name, quick=self.quick, iterations=self.iterations, seed=self.seed)
+
+
+def honest_attacks(algorithm: str, budget: AttackBudget, *, override=None, text: bool = False) -> list[AttackChoice]:
+    """The honest server's attacks on ``algorithm`` (those of ``override`` when given), at ``budget``."""
     names = list(override) if override else (text_attacks(algorithm) if text else list(HONEST_ATTACKS[algorithm]))
-    return [choose(n, quick=quick, iterations=iterations, seed=seed) for n in names]
+    return [budget.choose(n) for n in names]
+
+
+def honest_override(attacks) -> list[str]:
+    """The honest attacks ``--attacks`` names (the malicious ones removed)."""
+    return [a for a in (attacks or ()) if a not in MALICIOUS_NAMES]
 
 
 def build(choice: AttackChoice):
@@ -105,9 +131,7 @@ TITLES.update({"dager": "DAGER (span-based recovery)", "tiger": "TIGER (continuo
 
 def text_attacks(algorithm: str) -> list[str]:
     """The registered text attacks of :data:`TEXT_HONEST_ATTACKS` for ``algorithm`` (an error if none is)."""
-    from ..errors import FedleakError
-
-    _ensure_loaded()
+    ensure_loaded()
     names = [n for n in TEXT_HONEST_ATTACKS[algorithm] if n in ATTACKS]
     if not names:
         raise FedleakError(f"no text attack ({', '.join(TEXT_HONEST_ATTACKS[algorithm])}) is registered in this "
@@ -148,7 +172,7 @@ def exact_applicable(model, protocol, samples: int) -> Optional[str]:
     (``--model mlp``) and the update one gradient step (FedSGD, or FedAvg with a single step)."""
     from torch import nn
 
-    from ..types.params import layers
+    from ...types.params import layers
 
     found = layers(model)
     module = model.get_submodule(found[0].module) if found else None
@@ -161,13 +185,13 @@ def exact_applicable(model, protocol, samples: int) -> Optional[str]:
 
 def required_exact(model, protocol, samples: int, *, text: bool = False) -> list[str]:
     """The exact attacks applicable to this model and protocol: the audit runs them whatever ``--attacks`` says,
-    and ``low`` needs each to have run (:func:`fedleak.audit.verdict.judge_evidence`).
+    and ``low`` needs each to have run (:func:`fedleak.audit.judge.verdict.judge_evidence`).
 
     Images: the row/bias ratio for one sample, SPEAR for a batch, when the first layer is linear with a bias and
     the update is one gradient step. Text: DAGER for every registered transformer (its precondition, the span
     test, is decided per update and reported).
     """
-    _ensure_loaded()
+    ensure_loaded()
     if text:
         return [n for n in TEXT_EXACT_ATTACKS if n in ATTACKS and _transformer(model)]
     if exact_applicable(model, protocol, samples) is not None:
@@ -178,7 +202,7 @@ def required_exact(model, protocol, samples: int, *, text: bool = False) -> list
 def required_optimization(algorithm: str, *, text: bool = False) -> list[str]:
     """The threat model's default optimization attacks for ``algorithm``: ``low`` needs each to have run (tuned,
     at ≥ 4× its budget), so ``--attacks`` naming only an exact attack cannot earn ``low`` by leaving them out."""
-    _ensure_loaded()
+    ensure_loaded()
     names = TEXT_HONEST_ATTACKS[algorithm] if text else HONEST_ATTACKS[algorithm]
     return [n for n in names if n in ATTACKS and kind(n) == "optimization"]
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from ..report import comparison_grid
+from ...report import comparison_grid
 
 RED = (180, 35, 24)
 GREEN = (6, 118, 71)
@@ -176,4 +176,27 @@ def leakage_curve(knob_label: str, values: list, curves: dict, psnr_curves: dict
             twin.set_yscale("log")
         twin.legend(fontsize=7, loc="lower left", bbox_to_anchor=(beside, 0.0), borderaxespad=0.0)
     top.set_title(f"Leakage vs {knob_label}", fontsize=10)
+    return _figure_to_image(fig)
+
+
+def roc_plot(entry: dict):
+    """The ROC curve (log-scaled FPR with the 1 % and 0.1 % marks) as a PIL image."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.6, 3.6))
+    fpr, tpr = entry["roc"]["fpr"], entry["roc"]["tpr"]
+    floor = min(0.5 * entry["fpr_resolution"], 1e-3)
+    ax.step([max(f, floor) for f in fpr], tpr, where="post", color="#0b5cad",
+            label=f"gradient alignment (AUC {entry['auc']:.3f})")
+    grid = [floor * (1 / floor) ** (i / 50) for i in range(51)]
+    ax.plot(grid, grid, color="#8c959f", linestyle=":", label="chance")
+    for x, name in ((0.01, "1% FPR"), (0.001, "0.1% FPR")):
+        ax.axvline(x, color="#d1242f", linewidth=0.7, alpha=0.6)
+        ax.text(x, 0.02, name, rotation=90, fontsize=7, color="#d1242f", ha="right", va="bottom")
+    ax.set_xscale("log")
+    ax.set_xlim(floor, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(f"false-positive rate (resolution 1/{entry['non_members']})")
+    ax.set_ylabel("true-positive rate")
+    ax.set_title(f"Membership of {entry['candidates']} candidate documents", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
     return _figure_to_image(fig)
