@@ -20,7 +20,7 @@ Resumable: cells already in the results file are skipped; every cell is written 
 and the plot redrawn (``--plot-only`` redraws from the file).
 
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_llm_boundary.py [--folder /tmp/fedleak-smollm2]
-        [--model smollm2|llama-tiny] [--out benchmarks/results/llm_boundary.json] [--max-cells K]
+        [--model smollm2|llama-tiny] --out benchmarks/results/llm_boundary.json [--max-cells K]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from _results import RESULTS
+from _results import fresh
 
 BATCHES, LENGTHS, RANKS, DROPOUTS = (1, 4, 16), (16, 64), (8, 32, 128, "full"), ("off", "shipped")
 #: the issue's grid beyond what runs here, recorded as not run
@@ -158,7 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", default="/tmp/fedleak-smollm2", help="the converted SmolLM2 folder")
     parser.add_argument("--model", default="smollm2", choices=["smollm2", "llama-tiny"])
-    parser.add_argument("--out", default=str(RESULTS / "llm_boundary.json"))
+    parser.add_argument("--out", default=fresh("llm_boundary.json"),
+                        help="results file (default: a new file; name benchmarks/results/llm_boundary.json to resume the tracked one)")
     parser.add_argument("--plot", default=str(PLOT))
     parser.add_argument("--max-cells", type=int, default=None, help="stop after this many new cells")
     parser.add_argument("--seed", type=int, default=0)

@@ -29,10 +29,10 @@ def test_text_demo_prints_why_replies_score_zero_and_each_flower_line_once(tmp_p
     assert len(lines) == 2, done.stdout
     for line in lines:  # nothing recovered exactly: every line says why
         assert "exact_sequences 0" in line and "leakage inconclusive: " in line and "token inputs" in line, line
-    # round 1 (B = 0): 2 sequences x 4 tokens = 8 token inputs > LoRA rank 4
-    assert "8 token inputs exceed the span limit 4" in lines[0], lines[0]
-    # round 2: the span test held, and the update recomputed from what was recovered does not match the one sent
-    assert "does not match the one sent" in lines[1], lines[1]
+    # 2 sequences x 4 tokens = 8 token inputs > LoRA rank 4 in both rounds: round 1 (B = 0) reads the span from
+    # B's gradient, round 2 (B != 0) from A's, and either is capped at the rank (attacks/text/probes.py)
+    for line in lines:
+        assert "8 token inputs exceed the span limit 4" in line, line
     logs = done.stdout + done.stderr
     for round_ in (1, 2):  # round 2 follows the first text score: each Flower line once
         assert logs.count(f"[ROUND {round_}/2]") == 1, logs[-4000:]
