@@ -38,6 +38,24 @@ def split_names(text, what: str) -> tuple[str, ...]:
     return names_tuple(items, what)
 
 
+def split_sweep(text: str, knobs: Iterable[str]) -> tuple[str, list[str]]:
+    """``"KNOB=V1,V2"`` → ``("KNOB", ["V1", "V2"])`` (``--sweep``); the values stay strings for the sweep's own
+    typed check (:class:`fedleak.audit.plan.config.Sweep`). A missing ``=``, an empty list or an empty item is
+    refused, naming the flag."""
+    if "\x00" in text:
+        raise FedleakError("--sweep contains a NUL character")
+    knob, eq, rest = text.partition("=")
+    if not eq:
+        raise FedleakError(f"--sweep expects KNOB=V1,V2,..., got {text!r}; knobs: {', '.join(knobs)}")
+    if not rest.strip():
+        raise FedleakError(f"--sweep {knob.strip()}= has an empty value list; give e.g. {knob.strip()}=1,2,4")
+    values = [v.strip() for v in rest.split(",")]
+    if "" in values:
+        raise FedleakError(f"--sweep {text!r} has an empty value (two commas, or a comma at an end)")
+    if len(values) > MAX_ITEMS:
+        raise FedleakError(f"--sweep {knob.strip()}= has {len(values)} values; at most {MAX_ITEMS}")
+    return knob, values
+
 def names_tuple(items: Iterable, what: str) -> tuple[str, ...]:
     """A sequence of names (YAML list or split string) checked: non-empty strings, no repeat."""
     out = []

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Optional
 
 from ...config.boundary import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED, finite_float, settings_model, validate
-from ...config.specs import names_tuple, parse_spec, split_names
+from ...config.specs import names_tuple, parse_spec, split_names, split_sweep
 from ...errors import FedleakError, check_options, unknown_choice
 from ...fl.accounting import check_privacy
 from ...fl.defenses import Defense
@@ -64,14 +64,7 @@ class Sweep:
             if not isinstance(raw, (list, tuple)):
                 raise FedleakError(f"sweep values must be a list of numbers, got {raw!r}")
         elif isinstance(text, str):
-            knob, eq, rest = text.partition("=")
-            if not eq:
-                raise FedleakError(f"--sweep expects KNOB=V1,V2,..., got {text!r}; knobs: {', '.join(KNOBS)}")
-            if not rest.strip():
-                raise FedleakError(f"--sweep {knob.strip()}= has an empty value list; give e.g. {knob.strip()}=1,2,4")
-            raw = [v.strip() for v in rest.split(",")]
-            if "" in raw:
-                raise FedleakError(f"--sweep {text!r} has an empty value (two commas, or a comma at an end)")
+            knob, raw = split_sweep(text, KNOBS)  # the one reader of typed short forms (config/specs.py)
         else:
             raise FedleakError(f"sweep must be KNOB=V1,V2,... or a mapping with knob and values, got {text!r}")
         if not isinstance(knob, str):
