@@ -78,7 +78,7 @@ def cmd_run(args) -> int:
                              settings=args.settings, quick=args.quick, options=parse_options(args.option),
                              device=args.device, dtype=args.dtype, executor=args.executor, address=args.address,
                              cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
-                             max_retries=args.max_retries, progress=show_progress(args))
+                             max_retries=args.max_retries, show_progress=show_progress(args))
     print((Path(args.out) / "table.md").read_text())
     planned = summary.get("planned_jobs", summary["jobs"])
     print(f"{summary['jobs']} job(s) ({planned} planned); results in {args.out}/results.jsonl, summary in {args.out}/summary.json")

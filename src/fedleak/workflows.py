@@ -200,15 +200,18 @@ def run_experiment(config=None, out="runs/out", *, preset: Optional[str] = None,
                    quick: bool = False, options: Optional[dict] = None, device: str = "cpu", dtype: str = "float32",
                    executor: str = "local", address: Optional[str] = None, cpus_per_job: Optional[float] = None,
                    gpus_per_job: Optional[float] = None, max_retries: Optional[int] = None,
-                   progress: bool = False) -> dict:
+                   show_progress: bool = False, progress: Optional[Callable[[dict], None]] = None,
+                   log: Callable[[str], None] = print) -> dict:
     """``fedleak run``: run an experiment file (``config``: a YAML path or an
     :class:`~fedleak.config.experiment.ExperimentConfig`) or a paper ``preset`` (one of the two) into ``out``.
 
     Resumable: finished jobs in ``out`` are kept. ``variants`` / ``settings``: a subset, as a list or a
     comma-separated string; ``options``: per-variant attack options over the config's; ``quick``: the preset's
     CPU-minutes scale; ``executor``: ``local`` or ``ray`` (with ``address``, ``cpus_per_job``, ``gpus_per_job``,
-    ``max_retries``). Writes ``results.jsonl``, ``summary.json`` and ``table.md`` in ``out``; returns the summary
-    (``jobs``, ``planned_jobs``, ...). :func:`report_run` turns the folder into a page.
+    ``max_retries``). ``show_progress``: progress bars; ``progress``: a callback given event dicts (the plan,
+    each step, each finished job, each heartbeat); ``log``: where the run's lines go. Writes ``results.jsonl``,
+    ``summary.json`` and ``table.md`` in ``out``; returns the summary (``jobs``, ``planned_jobs``, ...).
+    :func:`report_run` turns the folder into a page.
     """
     from .config import apply_overrides, load_config, load_preset
     from .config.cli_args import check_device, parse_dtype
@@ -219,6 +222,8 @@ def run_experiment(config=None, out="runs/out", *, preset: Optional[str] = None,
 
     if bool(config) == bool(preset):
         raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
+    if dtype not in DTYPES:  # before any work (the CLI's --dtype is checked by its parser)
+        raise unknown_choice("dtype", dtype, DTYPES)
     if preset:
         loaded = load_preset(preset)
     else:
@@ -235,9 +240,8 @@ def run_experiment(config=None, out="runs/out", *, preset: Optional[str] = None,
     pool = make_executor(executor, address=address, cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job,
                          max_retries=max_retries)
     device = check_device(device)
-    if dtype not in DTYPES:
-        raise unknown_choice("dtype", dtype, DTYPES)
-    return run_jobs(loaded, out, device=device, dtype=parse_dtype(dtype), show_progress=progress, executor=pool)
+    return run_jobs(loaded, out, device=device, dtype=parse_dtype(dtype), show_progress=show_progress, executor=pool,
+                    progress=progress, log=log)
 
 
 #: the number types ``fedleak run --dtype`` accepts
