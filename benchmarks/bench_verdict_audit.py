@@ -49,7 +49,8 @@ def _attack(summary: dict) -> dict:
                            "noise_filled": condition.get("noise_filled", False)}
     check = summary.get("verification") or condition.get("verification")
     if check:
-        out["verification"] = {k: check.get(k) for k in ("holds", "relative_error", "tolerance")}
+        out["verification"] = {"matches": check.get("matches", check.get("holds")),
+                               **{k: check.get(k) for k in ("relative_error", "tolerance")}}
     return out
 
 

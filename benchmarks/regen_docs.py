@@ -68,7 +68,7 @@ def verdict_audit() -> str:
                 f" ({_short(pre['reason'], 1000)})" if not pre["holds"] else "")
             v = exact[1].get("verification")
             if v and v.get("relative_error") is not None:
-                check = f"{v['relative_error']:.1e} ({v['tolerance']:g}): {'matches' if v['holds'] else 'no match'}"
+                check = f"{v['relative_error']:.1e} ({v['tolerance']:g}): {'matches' if v.get('matches', v.get('holds')) else 'no match'}"
         scores = [a for a in case["attacks"].values()]
         if s.get("data") == "text":
             best = max(scores, key=lambda a: (a.get("exact_sequences") or 0, a.get("rouge1") or 0))

@@ -65,7 +65,9 @@ def test_noise_defense_breaks_the_verification_so_nothing_is_certain():
     update = client_update(model, data, Protocol("fedsgd"), defense="gaussian:0.01")
     rec = build("analytic-fc").reconstruct(update, model, SPEC)
     assert rec.extras["certain"] is False
-    assert rec.extras["exactness"]["holds"] is False
+    exact = rec.extras["exactness"]  # the precondition (one sample, one step) still held: only the proof fails
+    assert exact["holds"] is True and exact["verification"]["matches"] is False
+    assert "does not match" in exact["reason"]
 
 
 def test_multi_step_fedavg_is_outside_the_precondition():
@@ -101,6 +103,7 @@ def test_ilrg_restores_exact_label_counts_on_a_small_untrained_model():
     rec = build("ilrg").reconstruct(client_update(model, data, Protocol("fedsgd")), model, SPEC)
     assert rec.extras["label_counts"] == _counts(labels)
     assert "residual" in rec.extras["exactness"] and isinstance(rec.extras["certain"], bool)
+    assert rec.extras["exactness"]["holds"] is True  # the precondition (FedSGD); the residual decides `certain`
 
 
 def test_rlu_restores_label_counts_from_a_multi_epoch_fedavg_update():
@@ -114,3 +117,4 @@ def test_rlu_restores_label_counts_from_a_multi_epoch_fedavg_update():
     rec = build("rlu").reconstruct(update, model, SPEC)
     assert rec.extras["label_counts"] == _counts(labels)
     assert rec.extras["certain"] is False and "estimate" in rec.extras["exactness"]["reason"]
+    assert rec.extras["exactness"]["holds"] is False  # several steps: outside iLRG's precondition

@@ -54,3 +54,20 @@ def test_plateau_and_sok_letters():
     assert converged([10, 8, 6, 4, 2, 1]) is False and converged([1.0, 2.0]) is None
     assert sok_letter(False, False, True) == "C" and sok_letter(True, False, True) == "F"
     assert sok_letter(False, False, False) == "B" and sok_letter(False, True) == "D" and sok_letter(True, True) == "G"
+
+
+def test_flower_leakage_level_reads_holds_as_the_precondition_and_certain_as_the_proof():
+    """Issue 32: ``exactness["holds"]`` is the precondition alone; only ``certain`` makes a reply ``high``, and a
+    reason that already says why the recovery is no proof is not told twice."""
+    from fedleak.integrations.flower.scoring import leakage_level
+
+    proved = leakage_level({"exactness": {"holds": True, "reason": "fits"}, "certain": True})
+    assert proved["level"] == "high" and proved["evidence"].startswith("proved by the attacker")
+    held = leakage_level({"exactness": {"holds": True, "reason": "fits the span limit"}, "certain": False})
+    assert held["level"] == "inconclusive" and held["evidence"].endswith("not verified against the update")
+    for reason in ("rank 1; but the gradient recomputed ... does not match the update",
+                   "relative residual 3e-02 ≥ 0.001: ..., counts are an estimate", "uncertain: the raw label counts"):
+        said = leakage_level({"exactness": {"holds": True, "reason": reason}, "certain": False})
+        assert said == {"level": "inconclusive", "evidence": reason}
+    failed = leakage_level({"exactness": {"holds": False, "reason": "rank(∇W) = 9 ≠ batch size 8"}, "certain": False})
+    assert failed == {"level": "inconclusive", "evidence": "rank(∇W) = 9 ≠ batch size 8"}

@@ -22,18 +22,27 @@ Is the claimed client-level DP in force (``fedleak dp-audit``; docs/dp-audit.md)
 
     fedleak.dp_audit(defense="flower-central-dp:noise=3.4,clip=1,clients=10", rounds=10, canaries=1000, out="dp/")
     fedleak.dp_audit(defense="dp-sgd:clip=1,noise=1.1", level="example", batch_size=5, rounds=10, out="dp-sgd/")
+
+The other commands (``fedleak inspect``, ``run``, ``report``, ``convert-gguf``; :mod:`fedleak.workflows`)::
+
+    inspection, dsnr = fedleak.inspect_model_file("global.safetensors", model="lenet")
+    summary = fedleak.run_experiment(preset="dimitrov-table1-femnist", out="runs/femnist", quick=True)
+    page = fedleak.report_run("runs/femnist")
+    info = fedleak.convert_gguf("smollm2", "models/smollm2")
 """
 
 from . import attacks, audit, data, fl, metrics, models
 from .errors import FedleakError
 from .fl import Defense, client_update
 from .types import ClientData, DataSpec, Protocol, Reconstruction, Update
-from .workflows import attack_update, simulate_update
+from .workflows import (attack_update, convert_gguf, inspect_model_file, report_run, run_experiment,
+                        simulate_update)
 
 from .version import __version__
 
 __all__ = ["ClientData", "DataSpec", "Defense", "FedleakError", "Protocol", "Reconstruction", "Update",
-           "__version__", "attack_update", "attacks", "audit", "client_update", "data", "dp_audit", "fl", "metrics", "models", "simulate_update"]
+           "__version__", "attack_update", "attacks", "audit", "client_update", "convert_gguf", "data", "dp_audit", "fl",
+           "inspect_model_file", "metrics", "models", "report_run", "run_experiment", "simulate_update"]
 
 
 def __getattr__(name: str):

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .config.cli_args import (SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, check_device, parse_dtype, int_type, nonempty,
+from .config.cli_args import (SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, check_device, int_type, nonempty,
                               nonnegative_float, parse_options, Parser, positive_float, set_threads, show_progress)
 from .errors import FedleakError
 from .runs.outdir import contain_caches, prepare_out_dir
@@ -71,25 +71,14 @@ def cmd_attack(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .config import apply_overrides, load_config, load_preset
-    from .runs.execution import make_executor
-    from .runs.experiment import run_experiment
+    from .workflows import run_experiment
 
-    if bool(args.config) == bool(args.preset):
-        raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
-    config = load_preset(args.preset) if args.preset else load_config(args.config)
-    from .config.specs import split_names
-
-    config = apply_overrides(config, data_root=args.data_root, clients=args.clients,
-                             variants=None if args.variants is None else list(split_names(args.variants, "--variants")),
-                             settings=None if args.settings is None else list(split_names(args.settings, "--settings")),
-                             quick=args.quick, variant_options=parse_options(args.option),
-                             first_client=args.first_client)
-    ray_options = dict(address=args.address, cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
-                       max_retries=args.max_retries)
-    executor = make_executor(args.executor, **ray_options)
-    summary = run_experiment(config, args.out, device=check_device(args.device), dtype=parse_dtype(args.dtype),
-                             show_progress=show_progress(args), executor=executor)
+    summary = run_experiment(args.config, args.out, preset=args.preset, data_root=args.data_root,
+                             clients=args.clients, first_client=args.first_client, variants=args.variants,
+                             settings=args.settings, quick=args.quick, options=parse_options(args.option),
+                             device=args.device, dtype=args.dtype, executor=args.executor, address=args.address,
+                             cpus_per_job=args.cpus_per_job, gpus_per_job=args.gpus_per_job,
+                             max_retries=args.max_retries, show_progress=show_progress(args))
     print((Path(args.out) / "table.md").read_text())
     planned = summary.get("planned_jobs", summary["jobs"])
     print(f"{summary['jobs']} job(s) ({planned} planned); results in {args.out}/results.jsonl, summary in {args.out}/summary.json")
@@ -97,7 +86,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .runs.run_report import report_run
+    from .workflows import report_run
 
     path = report_run(args.run_dir)
     print(f"report written to {path}")
@@ -105,19 +94,20 @@ def cmd_report(args) -> int:
 
 
 def cmd_convert_gguf(args) -> int:
-    from .models.hf.gguf import convert, smollm2_file
+    from .workflows import convert_gguf
 
-    info = convert(smollm2_file() if args.gguf_file == "smollm2" else args.gguf_file, args.to)
+    info = convert_gguf(args.gguf_file, args.to)
     print(f"{info['folder']}: {', '.join(info['files'])} ({info['architecture']}, {info['parameters']:,} parameters "
           f"from {'/'.join(info['tensor_types'])}, {info['seconds']:.1f} s); audit it with --model {info['folder']}")
     return 0
 
 
 def cmd_inspect(args) -> int:
-    from .fl.inspect_file import inspect_file
+    from .workflows import inspect_model_file
 
-    inspection, dsnr = inspect_file(args.model_file, model=args.model, data=args.data, data_root=args.data_root,
-                                    threshold=args.threshold, dsnr_batch=args.dsnr_batch)
+    inspection, dsnr = inspect_model_file(args.model_file, model=args.model, data=args.data,
+                                          data_root=args.data_root, threshold=args.threshold,
+                                          dsnr_batch=args.dsnr_batch)
     if args.json:
         print(json.dumps({**inspection.to_json(), "dsnr": dsnr}, indent=1))
     else:

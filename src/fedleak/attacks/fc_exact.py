@@ -11,6 +11,12 @@ every layer after it, and compares it with what the client sent. A recovery coun
 recomputed gradient matches (relative error below ``tolerance``): the check needs no ground truth, so an
 auditor can state "proved" without having seen the data.
 
+**Two facts, two fields.** ``extras["exactness"]["holds"]`` is the attack's *precondition* only (its exactness
+condition held for this update: one step, the rank, the rows or directions found), as in every attack that
+reports one (DAGER, iLRG); ``extras["certain"]`` is the *proof* (precondition held and the recomputed update
+matched, ``exactness["verification"]["matches"]``). A precondition that held without a match keeps
+``holds`` true and says why the recovery is not proved in ``reason``.
+
 **Which layer, and what "known extractor" means.** By default the first parameterized layer, which must be
 an ``nn.Linear`` with a bias (``--model mlp``: ``fc1``): then ``X`` are the flattened client images. With
 ``layer=NAME`` any ``nn.Linear`` with a bias can be attacked; when layers with parameters come before it
@@ -159,8 +165,9 @@ def verify(model: nn.Module, update: Update, layer: str, x: torch.Tensor, labels
     ``layer`` and every later layer is recomputed from ``x`` fed to that layer (parameters before it depend on
     the images, not only on the layer's input, and are not compared).
 
-    Returns ``{"relative_error", "holds", "tolerance", "parameters", "method"}``: the relative L2 error over
-    those parameters and whether it is below ``tolerance``.
+    Returns ``{"relative_error", "matches", "tolerance", "parameters", "method"}``: the relative L2 error over
+    those parameters and whether it is below ``tolerance`` (``matches``; the attack's precondition is
+    ``exactness["holds"]``, a separate fact).
     """
     observed = update.pseudo_gradient()
     if images is not None:
@@ -189,7 +196,7 @@ def verify(model: nn.Module, update: Update, layer: str, x: torch.Tensor, labels
     # up to one global factor (a clipped update, Flower's fixed clipping): the recovered batch still explains it
     scale = float(rec @ obs) / max(float(rec @ rec), 1e-300)
     scaled = float((scale * rec - obs).norm()) / den if den > 0 else float("inf")
-    return {"relative_error": error, "holds": bool(min(error, scaled) < tolerance), "tolerance": tolerance,
+    return {"relative_error": error, "matches": bool(min(error, scaled) < tolerance), "tolerance": tolerance,
             "parameters": len(names), "global_scale": scale, "relative_error_after_scale": scaled, "method": method}
 
 
@@ -206,7 +213,7 @@ def finish(model: nn.Module, update: Update, spec: DataSpec, layer: str, first: 
     labels = None
     if x is not None and not bool(torch.isfinite(x).all()):
         x, grad_z = None, None
-        exactness["holds"] = False
+        exactness["holds"] = False  # part of the precondition: the inputs it reads out exist as finite numbers
         exactness["reason"] = f"{exactness.get('reason', '')}; the recovered inputs are not finite".lstrip("; ")
     if x is not None and x.shape[0] > 0:
         xs = x.to(device=device, dtype=dtype)
@@ -219,15 +226,15 @@ def finish(model: nn.Module, update: Update, spec: DataSpec, layer: str, first: 
         exactness["label_mismatch"] = label_error
         if check is not None:
             exactness["verification"] = check
-        exactness["precondition_held"] = bool(exactness.get("holds"))  # before the recomputation's verdict
-        if exactness.get("holds") and (check is None or not check["holds"]):
-            exactness["holds"] = False
+        verified = check is not None and check["matches"]
+        if exactness.get("holds") and not verified:  # the precondition stays as stated; the recovery is not proved
             exactness["reason"] = (f"{exactness.get('reason', '')}; but the gradient recomputed from the recovered "
                                    f"inputs and labels does not match the update"
                                    + (f" (relative error {check['relative_error']:.2e} ≥ {tolerance:g})"
                                       if check else " (only part of the batch recovered)")).lstrip("; ")
     extras["exactness"] = exactness
-    extras["certain"] = bool(exactness.get("holds"))
+    # ``holds`` is the precondition only; ``certain`` is the proof (the recomputed update matched)
+    extras["certain"] = bool(exactness.get("holds") and exactness.get("verification", {}).get("matches"))
     extras["layer"] = layer
     extras["recovered"] = "inputs" if first else "features"
     count = 0 if x is None else x.shape[0]

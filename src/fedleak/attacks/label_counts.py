@@ -31,7 +31,8 @@ The system is exact when the instances of each class share one embedding; on an 
 close, which is the paper's setting (its reported accuracy on untrained networks is ~100% up to large
 batches). The attack reports the system's relative residual with the integer counts; the counts are
 marked *certain* only when that residual is below ``tolerance`` (the integer solution then explains the
-gradient, up to float error) — otherwise they are an estimate.
+gradient, up to float error) — otherwise they are an estimate. ``extras["exactness"]["holds"]`` is the
+precondition alone (a FedSGD update: one gradient step), as for every attack; ``extras["certain"]`` the proof.
 
 **RLU** — Chen and Vikalo, "Recovering Labels from Local Updates in Federated Learning", ICML 2024: label
 counts from a multi-epoch FedAvg update. The same system is set on the *average* per-step head gradient
@@ -174,14 +175,17 @@ class LinearLabelCounts(LabelCountAttack):
         exactness.update({"residual": residual, "tolerance": o.tolerance, "steps": steps,
                           "posterior_max": float(posteriors.max())})
         implausible = plausible_counts(raw, total)
-        exactness["holds"] = bool(update.is_fedsgd and residual < o.tolerance and implausible is None)
+        # the precondition (one gradient step, the setting of the paper's system) apart from its proof (the
+        # integer counts explain the gradient): ``holds`` is the first, ``certain`` the second
+        exactness["holds"] = bool(update.is_fedsgd)
+        certain = bool(exactness["holds"] and residual < o.tolerance and implausible is None)
         exactness["reason"] = (f"uncertain: {implausible}" if implausible else
             f"the integer counts explain the last layer's gradient (relative residual {residual:.1e} < {o.tolerance:g})"
-            if exactness["holds"] else
+            if certain else
             (f"relative residual {residual:.1e} ≥ {o.tolerance:g}: the instances of a class do not share one embedding "
              f"(trained model or varied inputs), counts are an estimate" if update.is_fedsgd else
              f"FedAvg update of {steps} steps: RLU's counts are an estimate (posteriors change during training)"))
-        return counts, {"exactness": exactness, "certain": exactness["holds"], "label_counts": counts.tolist(),
+        return counts, {"exactness": exactness, "certain": certain, "label_counts": counts.tolist(),
                         "raw_counts": [float(v) for v in raw]}
 
 

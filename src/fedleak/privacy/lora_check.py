@@ -153,11 +153,11 @@ def check_lora_update(model, before: dict, after: dict, claim: LoraDPClaim, *, a
 def _wrapper_names(reply: dict, adapters: dict, named: dict) -> dict:
     """A reply keyed as FlowerTune sends it (``peft.get_peft_model_state_dict`` keys) renamed to the wrapper's
     parameter names; a reply already in those names, or keys that fit neither, unchanged."""
-    from ..models.hf.lora import _peft_key
+    from ..models.hf.lora import peft_key
 
     if any(k in named for k in reply):
         return reply
-    by_key = {_peft_key(n): n for n in adapters}
+    by_key = {peft_key(n): n for n in adapters}
     return {by_key.get(k, k): v for k, v in reply.items()}
 
 

@@ -150,15 +150,15 @@ class Dager(Attack):
             # proved = the update recomputed from the recovered sequences (and labels) matches the one sent
             check = verify_update(model, update, ids, spec.num_classes)
             exact["verification"] = check
-            extras["verified"] = extras["certain"] = bool(check["holds"])
-            if exact["holds"] and not check["holds"]:
+            extras["verified"] = extras["certain"] = bool(check["matches"])
+            if exact["holds"] and not check["matches"]:
                 exact["reason"] += ("; but the update recomputed from the recovered sequences does not match the one "
                                     "sent" + (f" (relative error {check['relative_error']:.1e} ≥ {check['tolerance']:g})"
                                               if check["relative_error"] is not None else f" ({check.get('note')})"))
-            if exact["holds"] and not check["holds"] and check.get("note"):  # e.g. LoRA: the targets are unread
+            if exact["holds"] and not check["matches"] and check.get("note"):  # e.g. LoRA: the targets are unread
                 exact["reason"] += f" ({check['note']})"
             dropout = dropout_in_training(model)
-            if dropout and exact["holds"] and not check["holds"]:
+            if dropout and exact["holds"] and not check["matches"]:
                 exact["dropout"] = dropout
                 if not verified:  # the rank allows it, the span test does not pass: dropout is what fails
                     exact["reason"] += (f"; the client trained with dropout on ({dropout}): the layers' inputs were "

@@ -113,7 +113,7 @@ class Tiger(Attack):
         extras["span_verified"] = verified  # the polish's span test picks tokens; the proof is the recomputation
         check = verify_update(model, update, ids, spec.num_classes)
         exact["verification"] = check
-        extras["verified"] = extras["certain"] = bool(check["holds"])
+        extras["verified"] = extras["certain"] = bool(check["matches"])
         extras["seconds"] = time.perf_counter() - start
         return text_result(ids, model, extras)
 

@@ -131,12 +131,12 @@ def _labels_after(model, update: Update, ids: torch.Tensor):
 def verify(model: nn.Module, update: Update, ids: torch.Tensor, classes: int, tolerance: float = TOLERANCE) -> dict:
     """Recompute the update from recovered ``ids`` (N, L) and the labels read from the update; compare.
 
-    Returns ``{"holds", "relative_error", "tolerance", "labels", "note"}``; ``holds`` only when all N sequences
+    Returns ``{"matches", "relative_error", "tolerance", "labels", "note"}``; ``matches`` only when all N sequences
     were recovered and the recomputed update matches within ``tolerance``. Candidate labels: those read from
     the update, and the label-free ones (no target / class 0); the better match counts.
     """
     ids = ids.long()
-    out = {"holds": False, "relative_error": None, "tolerance": tolerance, "labels": None,
+    out = {"matches": False, "relative_error": None, "tolerance": tolerance, "labels": None,
            "method": "update recomputed through fedleak.fl.client.local_training from the recovered sequences"}
     if ids.shape[0] != update.num_samples or ids.numel() == 0:
         out["note"] = f"{ids.shape[0]} of {update.num_samples} sequences recovered: nothing complete to recompute"
@@ -150,7 +150,7 @@ def verify(model: nn.Module, update: Update, ids: torch.Tensor, classes: int, to
     errors = [relative_error(model, update, ids, c) for c in candidates]
     best = min(range(len(errors)), key=errors.__getitem__)
     out.update({"relative_error": errors[best], "labels": candidates[best].tolist(),
-                "holds": bool(errors[best] < tolerance)})
+                "matches": bool(errors[best] < tolerance)})
     if note:
         out["note"] = note
     return out

@@ -54,8 +54,7 @@ def evidence_fields(choice, extras: list[dict], tuned: bool = False, trials: int
         verifications = [e.get("exactness", {}).get("verification") for e in extras]
         out.update({"certain_targets": sum(1 for e in extras if e.get("certain")),
                     "precondition_held_targets": sum(
-                        1 for e in extras if e.get("certain") or e.get("exactness", {}).get(
-                            "precondition_held", e.get("exactness", {}).get("holds"))),
+                        1 for e in extras if e.get("certain") or e.get("exactness", {}).get("holds")),
                     "precondition": first,
                     "verification": next((v for v in verifications if v), None)})
         return out

@@ -181,7 +181,8 @@ def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, bas
 
     Each summary carries ``attack`` (registry name), ``kind`` (:data:`KINDS`), and per kind: exact —
     ``certain_targets`` (targets whose recovery verified), ``precondition_held_targets``, ``targets``,
-    ``precondition`` (``{"holds", "reason"}``), ``verification`` (relative error and tolerance); optimization —
+    ``precondition`` (the attack's ``extras["exactness"]``: ``holds`` — its precondition held, nothing more —
+    and ``reason``), ``verification`` (relative error, tolerance, ``matches``); optimization —
     ``iterations`` (or text ``steps``), ``budget_factor`` (its budget / the default), ``tuned``,
     ``tuning_trials``, ``converged``. ``required_exact``: registry names of the exact attacks applicable to this
     model and protocol (:func:`fedleak.audit.plan.threats.required_exact`); ``required_optimization``: the threat

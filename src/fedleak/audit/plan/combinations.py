@@ -9,23 +9,23 @@ the attack (``KeyError: 'hf.lm_head.weight'``). Both are one :class:`~fedleak.er
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from ...errors import FedleakError, unknown_choice
 from . import threats
 from .text import is_text
-
-if TYPE_CHECKING:
-    from .config import AuditConfig, Sweep
 
 #: keys that only a text audit (``data: text``) reads, with their unset values
 TEXT_ONLY = {"seq_len": None, "lora": None, "lora_warmup": 0, "text_field": "text", "label_field": "label",
              "dropout": "shipped", "lora_dropout": None, "flowertune": False, "membership": 0, "candidates": None}
 
 
-def check_combinations(cfg: "AuditConfig", sweep: "Optional[Sweep]") -> None:
+def check_combinations(cfg, sweep: Optional[object]) -> None:
     """Option combinations that cannot work, refused before any work: a knob the audit would not turn
-    (``--lora`` or ``--sweep lora=`` on images) and attacks of the other modality (image attacks on text)."""
+    (``--lora`` or ``--sweep lora=`` on images) and attacks of the other modality (image attacks on text).
+
+    ``cfg`` is the :class:`.config.AuditConfig` being made and ``sweep`` its parsed :class:`.config.Sweep` (or
+    ``None``); named in words, not imported, since ``config`` calls this while it is made (no import circle)."""
     from .model_loading import check_model
 
     check_model(cfg.model, cfg.weights, load=False)  # name, folder, GGUF, factory, weights: before any data

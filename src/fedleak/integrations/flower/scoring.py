@@ -108,6 +108,11 @@ def attack_update(attack, update: Update, model: nn.Module, spec: DataSpec,
     return rec, scores
 
 
+#: words of an attack's ``exactness["reason"]`` that already say its recovery is not proved (the recomputed
+#: update did not match; label counts that stay an estimate)
+UNPROVED_SAID = ("does not match", "an estimate", "uncertain:")
+
+
 def leakage_level(entry: dict) -> dict:
     """``{"level", "evidence"}`` of one attacked reply: ``high`` when the attacker itself can show
     what it recovered (imprint bins holding exactly one input, a text attack whose exactness
@@ -128,7 +133,8 @@ def leakage_level(entry: dict) -> dict:
                 f"{entry.get('exact_sequences')} exact sequence(s)")
         return {"level": "high", "evidence": f"client-reported truth: {what} against the batch the client shared"}
     reason = exact.get("reason") if isinstance(exact, dict) else None
-    if reason and exact.get("holds") and "does not match" not in reason:
+    # ``holds`` is the precondition alone: when it held, the reason says why the recovery is still no proof
+    if reason and exact.get("holds") and not any(said in reason for said in UNPROVED_SAID):
         reason = f"{reason}; but the recovery was not verified against the update"
     return {"level": "inconclusive", "evidence": reason or "an optimization attack's estimate at its budget; a "
                                                            "stronger attack or budget may recover more"}

@@ -98,7 +98,7 @@ def add_lora(model: HFTextModel, rank: int, *, alpha: Optional[float] = None, dr
     return model
 
 
-def _peft_key(name: str) -> str:
+def peft_key(name: str) -> str:
     """Wrapper parameter name -> ``get_peft_model_state_dict`` key (no ``hf.`` prefix, no adapter name)."""
     key = name[3:] if name.startswith("hf.") else name
     key = key.replace(f".modules_to_save.{ADAPTER}.", ".")  # a classifier head trained beside the adapters
@@ -114,7 +114,7 @@ def adapter_state(model: HFTextModel, params: Optional[Params] = None) -> dict[s
     state = peft.get_peft_model_state_dict(model.hf)
     if params is None:
         return {k: v.detach().clone() for k, v in state.items()}
-    mapping = {_peft_key(n): n for n in params}
+    mapping = {peft_key(n): n for n in params}
     missing = sorted(set(state) - set(mapping))
     if missing:
         raise FedleakError(f"adapter state: no parameter for {missing[:3]}")
@@ -124,7 +124,7 @@ def adapter_state(model: HFTextModel, params: Optional[Params] = None) -> dict[s
 def params_from_adapter_state(model: HFTextModel, state: dict[str, torch.Tensor]) -> Params:
     """``get_peft_model_state_dict`` keys -> the wrapper's trainable parameter names (shapes checked)."""
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    by_key = {_peft_key(n): n for n in trainable}
+    by_key = {peft_key(n): n for n in trainable}
     unknown = sorted(set(state) - set(by_key))
     missing = sorted(set(by_key) - set(state))
     if unknown or missing:

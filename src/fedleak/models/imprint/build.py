@@ -116,7 +116,7 @@ def imprint(
     if position:
         _submodule(base, position)
     if linearize is None:
-        from ..zoo import ResNet
+        from ..resnet import ResNet
 
         linearize = bool(position) and isinstance(base, ResNet)
     features = None

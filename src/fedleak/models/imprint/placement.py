@@ -30,7 +30,7 @@ def linearize_resnet(model: nn.Module, position: str, shift: float = 10.0, chann
     BatchNorms still standardize each channel with the batch statistics (an affine map shared by
     the whole batch).
     """
-    from ..zoo import ResNet
+    from ..resnet import ResNet
 
     if not isinstance(model, ResNet):
         raise FedleakError(f"linearizing the layers in front of a deep imprint block is implemented for the "
@@ -43,7 +43,7 @@ def linearize_resnet(model: nn.Module, position: str, shift: float = 10.0, chann
     if model.conv1.in_channels < channels or model.conv1.out_channels < channels:
         raise FedleakError(f"linearization keeps {channels} channels; the stem has "
                            f"{model.conv1.in_channels}->{model.conv1.out_channels}")
-    from ..zoo import BasicBlock
+    from ..resnet import BasicBlock
 
     index = names.index(position)
     blocks = [(n, m) for n, m in model.named_modules() if isinstance(m, BasicBlock)]
