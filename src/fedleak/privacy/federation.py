@@ -44,6 +44,17 @@ from ..types.params import buffers_of, params_of
 from .canaries import Canaries
 
 
+def noise_factor(value: str) -> float:
+    """``--fault noise=F``'s F: the factor applied to the claimed noise (0 = noise off), finite and ≥ 0."""
+    try:
+        noise = float(value)
+    except ValueError:
+        noise = math.nan
+    if not (math.isfinite(noise) and noise >= 0):
+        raise FedleakError(f"--fault noise=F needs a finite F ≥ 0, got {value!r}")
+    return noise
+
+
 @dataclass(frozen=True)
 class Fault:
     """A deliberate misconfiguration of the simulated federation (for testing the audit)."""
@@ -59,12 +70,7 @@ class Fault:
             key, eq, value = str(spec).strip().partition("=")
             key = key.strip().lower()
             if key == "noise" and eq:
-                try:
-                    noise = float(value)
-                except ValueError:
-                    noise = math.nan
-                if not (math.isfinite(noise) and noise >= 0):
-                    raise FedleakError(f"--fault noise=F needs a finite F ≥ 0, got {value!r}")
+                noise = noise_factor(value)
             elif key == "no-dp" and eq:
                 try:
                     missing = tuple(sorted({int(v) for v in value.split(",") if v.strip()}))

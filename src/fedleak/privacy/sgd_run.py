@@ -37,6 +37,7 @@ from ..fl.client import batch_schedule, local_training
 from ..fl.defenses import Defense
 from ..types import ClientData, Protocol
 from ..types.params import buffers_of, params_of
+from .federation import noise_factor
 from .sgd_canaries import CanaryStep, DiracCanaries
 
 
@@ -54,12 +55,7 @@ class SGDFault:
             key, eq, value = str(spec).strip().partition("=")
             key = key.strip().lower()
             if key == "noise" and eq:
-                try:
-                    noise = float(value)
-                except ValueError:
-                    noise = math.nan
-                if not (math.isfinite(noise) and noise >= 0):
-                    raise FedleakError(f"--fault noise=F needs a finite F ≥ 0, got {value!r}")
+                noise = noise_factor(value)
             elif key == "no-clip" and not eq:
                 no_clip = True
             else:
