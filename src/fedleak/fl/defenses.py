@@ -94,8 +94,10 @@ class Defense:
             return cls._parse_text(text.strip())
         except FedleakError as exc:
             message = str(exc)
-            raise FedleakError(message if repr(text.strip()) in message else f"defense {text.strip()!r}: {message}") \
-                from None
+            if repr(text.strip()) in message:
+                raise FedleakError(message) from None
+            inner = re.match(r"defense '[^']*':? ", message)  # the spec as normalized inside: name the user's text
+            raise FedleakError(f"defense {text.strip()!r}: {message[inner.end():] if inner else message}") from None
 
     @classmethod
     def _parse_text(cls, text: str) -> "Defense":
