@@ -112,10 +112,10 @@ MIN_TUNE_TRIALS = 8
 RANKED = ("low", "inconclusive", "medium", "high")
 COLOURS["inconclusive"] = "#6941c6"
 EVIDENCE_RULE = (
-    "evidence: proved when an exact attack's recovery was verified (the update recomputed from the recovered "
-    "inputs and labels through the client-update function matches the one sent, within the stated tolerance); "
-    "estimated when an optimization attack, or an analytic readout not verified against the update, succeeded; "
-    "not-found otherwise, with the budget. low only when every exact attack applicable to the model and protocol "
+    f"evidence: {EVIDENCE[0]} when the update recomputed from an exact attack's recovered inputs and labels "
+    "through the client-update function matches the one sent, within the stated tolerance; "
+    f"{EVIDENCE[1]} when an optimization attack, or an analytic readout not recomputed against the update, "
+    f"succeeded; {EVIDENCE[2]} otherwise, with the budget. low only when every exact attack applicable to the model and protocol "
     "ran and its precondition failed, and the threat model's optimization attacks ran, each tuned by a search of "
     "at least "
     f"{MIN_TUNE_TRIALS} trials and run at ≥ {BUDGET_FACTOR_FOR_LOW:.0f}× its default budget; otherwise a "
@@ -267,7 +267,7 @@ def evidence_sentence(record: dict) -> str:
     kind = record.get("evidence")
     if kind == "proved":
         ex = record["exact_attacks"][record["proved_by"]]
-        return (f"proved: {record['proved_by']} recovered {ex['certain_targets']} of {ex['targets']} target(s); the "
+        return (f"{kind}: {record['proved_by']} recovered {ex['certain_targets']} of {ex['targets']} target(s); the "
                 f"update recomputed from the recovered inputs and labels through the client-update function matches "
                 f"the one sent{_verification_text(ex.get('verification'))}")
     if kind == "estimated":
