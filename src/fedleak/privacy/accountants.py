@@ -19,16 +19,23 @@ from ..fl.update_filters import central_epsilon
 from .gdp import composed_mu, epsilon_of
 
 
-def accountant_epsilons(noise: float, rounds: int, delta: float) -> dict:
-    """ε(δ) of T rounds of the Gaussian mechanism with multiplier σ, from every accountant we have."""
-    out = {"gdp_exact": epsilon_of(composed_mu(noise, rounds), delta)}
-    params = PrivacyParameters(float(noise), 1.0, int(rounds), float(delta))
+def _opacus_epsilons(params: PrivacyParameters) -> dict:
+    """Opacus's RDP and PRV ε of ``params``; an accountant that cannot answer (PRV at σ ≪ 1) gives None and a note."""
+    out: dict = {}
     for name in ("rdp", "prv"):
         try:
             out[f"opacus_{name}"] = epsilon(params, name)
         except (ValueError, RuntimeError, OverflowError, ZeroDivisionError, MemoryError) as exc:  # PRV: σ ≪ 1
             out[f"opacus_{name}"] = None
             out[f"opacus_{name}_note"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return out
+
+
+def accountant_epsilons(noise: float, rounds: int, delta: float) -> dict:
+    """ε(δ) of T rounds of the Gaussian mechanism with multiplier σ, from every accountant we have."""
+    out = {"gdp_exact": epsilon_of(composed_mu(noise, rounds), delta)}
+    params = PrivacyParameters(float(noise), 1.0, int(rounds), float(delta))
+    out.update(_opacus_epsilons(params))
     flower = central_epsilon(float(noise), int(rounds), float(delta))
     out["flower_rdp"] = flower.get("epsilon_flower")
     if flower.get("flower_note"):
@@ -46,10 +53,5 @@ def dpsgd_epsilons(noise: float, sample_rate: float, steps: int, delta: float) -
         out["gdp_exact"] = None
         out["gdp_exact_note"] = "Poisson-subsampled (q < 1): no closed form; the PRV accountant is the tight one"
     params = PrivacyParameters(float(noise), float(sample_rate), int(steps), float(delta))
-    for name in ("rdp", "prv"):
-        try:
-            out[f"opacus_{name}"] = epsilon(params, name)
-        except (ValueError, RuntimeError, OverflowError, ZeroDivisionError, MemoryError) as exc:  # PRV: σ ≪ 1
-            out[f"opacus_{name}"] = None
-            out[f"opacus_{name}_note"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    out.update(_opacus_epsilons(params))
     return out
