@@ -166,4 +166,4 @@ _loaders: list[Callable[[], None]] = []
 
 
 def ensure_loaded() -> None:
-    from . import _registry  # noqa: F401  (imports every attack module, which register themselves)
+    from . import catalogue  # noqa: F401  (imports every attack module, which register themselves)

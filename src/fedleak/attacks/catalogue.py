@@ -5,5 +5,5 @@ import pkgutil
 from pathlib import Path
 
 for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
-    if not _module.name.startswith("_"):
+    if not _module.name.startswith("_") and _module.name != "catalogue":
         importlib.import_module(f"{__package__}.{_module.name}")
