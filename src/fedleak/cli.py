@@ -26,6 +26,8 @@ from typing import Optional, Sequence
 
 from .config.cli_args import (SEED, MAX_CLIENTS, MAX_SAMPLES, UsageError, check_device, int_type, nonempty,
                               nonnegative_float, parse_options, Parser, positive_float, set_threads, show_progress)
+from .console import (Terminated, after_interrupt, install_sigterm, one_line, report_line,
+                      silence_stdout)
 from .errors import FedleakError
 from .runs.outdir import contain_caches, prepare_out_dir
 
@@ -259,58 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(text: str) -> str:
-    """A message on one line (multi-line messages from libraries are joined)."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
-class Terminated(KeyboardInterrupt):
-    """Raised in the main thread when SIGTERM arrives, so it unwinds exactly like Ctrl-C."""
-
-
-def _on_sigterm(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise Terminated()
-
-
-def _install_sigterm():
-    try:
-        return signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (main() called from a worker thread): leave signals alone
-        return None
-
-
-def _silence_stdout() -> None:
-    """After EPIPE, point stdout at /dev/null so the interpreter's final flush stays quiet."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def _report(message: str) -> None:
-    try:
-        print(f"fedleak: {message}", file=sys.stderr)
-    except (OSError, ValueError):
-        pass
-
-
-def _after_interrupt(args) -> str:
-    """What running the command again does: ``run`` resumes only if a job file is on disk."""
-    if args.command != "run":
-        return "start over"
-    jobs = Path(args.out) / "jobs" if getattr(args, "out", None) else None
-    return "resume" if jobs is not None and jobs.is_dir() and any(jobs.rglob("*.json")) else "start"
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one ``fedleak`` command; returns the exit code (see the module docstring)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        _report(f"error: {_one_line(exc)}")
+        report_line(f"error: {one_line(exc)}")
         return 2
     if not getattr(args, "func", None):
         parser.print_help()
@@ -318,7 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
 
     threads_before = torch.get_num_threads()
-    previous_sigterm = _install_sigterm()
+    previous_sigterm = install_sigterm()
     cache_variables: dict = {}
     try:
         if getattr(args, "out", None) is not None:
@@ -335,20 +292,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.flush()  # a closed pipe shows up here, inside the handlers below
         return code
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return 141
     except FedleakError as exc:
         if args.debug:
             raise
-        _report(f"error: {_one_line(exc)}")
+        report_line(f"error: {one_line(exc)}")
         return 2
     except KeyboardInterrupt as exc:
         signame = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
         code = 143 if isinstance(exc, Terminated) else 130
         if getattr(exc, "explained", False):  # the run said what is on disk and what rerunning does
-            _report(f"interrupted by {signame}")
+            report_line(f"interrupted by {signame}")
         else:
-            _report(f"interrupted by {signame}; run the same command again to {_after_interrupt(args)}")
+            report_line(f"interrupted by {signame}; run the same command again to {after_interrupt(args)}")
         if argv is None:  # the process itself (not main() called in-process): cleanup ran while unwinding
             from .runs.interrupt import exit_now
 
@@ -358,13 +315,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.debug:
             raise
         kind = "out of memory" if isinstance(exc, MemoryError) else "cannot read or write a file"
-        _report(f"error: {kind}: {_one_line(exc) or type(exc).__name__}")
+        report_line(f"error: {kind}: {one_line(exc) or type(exc).__name__}")
         return 2
     except Exception as exc:  # a bug in fedleak or a library: one line, traceback with --debug
         if args.debug:
             raise
-        detail = _one_line(exc)
-        _report(f"internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
+        detail = one_line(exc)
+        report_line(f"internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
                 "(rerun with --debug for the traceback)")
         return 1
     finally:
