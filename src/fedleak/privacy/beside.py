@@ -15,7 +15,6 @@ act against it: the report says so rather than comparing unlike things.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -40,11 +39,12 @@ def defense_key(specs) -> tuple:
 def read_leakage(path, defense) -> dict:
     """The leakage audit's ``metrics.json`` at ``path``, checked to be ``fedleak audit``'s and at the claim's
     defense; a one-line :class:`FedleakError` naming ``--leakage-metrics`` otherwise."""
-    p = Path(path)
-    try:
-        metrics = json.loads(p.read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise FedleakError(f"{OPTION} {path}: not a readable metrics.json ({type(exc).__name__})") from None
+    from ..config.json_safe import read_json_file
+
+    try:  # the boundary's JSON reader: size and depth bounded, NaN/Infinity refused
+        metrics = read_json_file(path, obj=False)
+    except FedleakError as exc:
+        raise FedleakError(f"{OPTION} {path}: not a readable metrics.json ({exc})") from None
     if not isinstance(metrics, dict) or not str(metrics.get("format", "")).startswith("fedleak.audit/"):
         raise FedleakError(f"{OPTION} {path}: not a fedleak audit metrics.json (no format fedleak.audit/…)")
     specs = (metrics.get("config") or {}).get("defense") or []
@@ -60,7 +60,7 @@ def read_leakage(path, defense) -> dict:
                            "match)")
     if metrics.get("sweep"):
         raise FedleakError(f"{OPTION} {path}: a sweep's metrics.json mixes settings; give an audit at one setting")
-    return summarize(metrics, str(p))
+    return summarize(metrics, str(Path(path)))
 
 
 def summarize(metrics: dict, source: str) -> dict:
