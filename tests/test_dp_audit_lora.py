@@ -120,10 +120,12 @@ def test_saved_reply_is_checked_beside_the_simulated_clients(lora_model, tmp_pat
 
     model, client = lora_model
     before, after = simulate_dp_lora(model, client, CLAIM, seed=4, degrade="unprocessed")
-    torch.save(before, tmp_path / "before.pt")
-    torch.save(after, tmp_path / "after.pt")
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in before.items()}, str(tmp_path / "before.safetensors"))
+    save_file({k: v.contiguous() for k, v in after.items()}, str(tmp_path / "after.safetensors"))
     out = tmp_path / "o"
-    assert main([*LORA_CLI, "--clients", "1", "--lora-reply", f"{tmp_path / 'before.pt'},{tmp_path / 'after.pt'}",
+    assert main([*LORA_CLI, "--clients", "1", "--lora-reply", f"{tmp_path / 'before.safetensors'},{tmp_path / 'after.safetensors'}",
                  "--out", str(out)]) == 0
     check = json.loads((out / "dp-audit.json").read_text())["misconfiguration"]
     assert check["flagged_clients"] == ["reply"]

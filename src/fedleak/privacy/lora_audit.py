@@ -49,22 +49,21 @@ def parse_lora_faults(specs, clients: int) -> dict:
 
 
 def load_reply(spec) -> tuple[dict, dict]:
-    """(before, after) from ``--lora-reply BEFORE,AFTER``: two tensor files (``.safetensors``, or a ``.pt`` state
-    dict read with ``weights_only``) — the weights a client got and the reply it sent (wrapper names or PEFT keys)."""
+    """(before, after) from ``--lora-reply BEFORE,AFTER``: two ``.safetensors`` files (never pickles), read through
+    the boundary's loader (:func:`fedleak.config.loaders.read_safetensors`: header, sizes, floating dtypes) — the
+    weights a client got and the reply it sent (wrapper names or PEFT keys)."""
     parts = [x.strip() for x in str(spec).split(",")]
     if len(parts) != 2 or not all(parts):
         raise FedleakError(f"--lora-reply needs BEFORE,AFTER (two tensor files), got {spec!r}")
     out = []
-    for path in parts:
-        try:
-            if path.endswith(".safetensors"):
-                from safetensors.torch import load_file
+    from ..config.loaders import read_safetensors
 
-                state = load_file(path)
-            else:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # any unreadable file is bad input, named by its option
-            raise FedleakError(f"--lora-reply {path}: not a readable tensor file ({type(exc).__name__})") from None
+    for path in parts:
+        if not path.endswith(".safetensors"):
+            raise FedleakError(f"--lora-reply {path}: give .safetensors files (fedleak never unpickles)")
+        if not Path(path).is_file():
+            raise FedleakError(f"--lora-reply {path}: no such file")
+        state = read_safetensors(path, f"--lora-reply {path}", floating=True)
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise FedleakError(f"--lora-reply {path}: not a name → tensor state dict")
         out.append(state)
