@@ -30,9 +30,10 @@ from ..progress import counting, loop_progress
 from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
 from .final_token import recover_final
 from .incremental import last_inputs
-from .probes import capture, is_causal, model_type, probes
+from .partition import fits_partition, search_partition
+from .probes import capture, is_causal, mark_masked_inputs, model_type, probes
 from .spans import effective_width, rounding_noise
-from .search import grow_causal, outside_level, search_encoder, token_candidates
+from .search import grow_causal, outside_level, search_encoder, split, token_candidates
 from .verify import verify as verify_update
 
 
@@ -88,18 +89,28 @@ class Dager(Attack):
                   "task": task, "points": len(points)}
 
         first_inputs = first_inputs_fn(model, points, first.modules[0])
+        dropout = dropout_in_training(model)
+        if dropout:  # does a dropout feed the first layer masked copies of its inputs? (then the test stays exact)
+            probe_ids = torch.randint(vocab_size(model), (2, length), generator=gen)
+            extras["first_masked_rate"] = mark_masked_inputs(model, update.server_params, first, probe_ids)
 
         def first_distance(x):  # (K, B, T, d) -> (B, T): closest θ point
             return first.distance(x, fast=True).min(0).values.cpu()
+
+        def first_masked(ids):  # shortlisted tokens: the masked-copy test, closest θ point
+            return torch.stack([first.masked_distance(x) for x in first_inputs(ids)]).min(0).values.cpu()
 
         positional = model_type(model) != "llama"
         # progress (fedleak.attacks.progress): vocabulary chunks, then growth steps (decoders) or sweeps (encoders)
         total = math.ceil(vocab_size(model) / 1024) + (length if causal else (opts.restarts + 1) * opts.sweeps)
         with loop_progress(total, "search steps", "dager") as tick:
             advance = counting(tick)
-            beam = opts.dropout_beam and bool(dropout_in_training(model))  # masked inputs: rank, not a gap
+            beam = opts.dropout_beam and bool(dropout)  # masked inputs: rank, not a gap
+            masked = first.masked  # the masked-copy test restores the gap (spans.masked_fit)
             cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional,
-                                              advance=advance, at_least=first.rank if beam else 0)
+                                              advance=advance, at_least=first.rank if beam and not masked else 0,
+                                              refine=first_masked if masked else None,
+                                              shortlist=max(64, 4 * n * (1 if positional else length)))
             extras["first_threshold"] = tau1
             extras["candidates_per_position"] = [int(c.numel()) for c in cands]
             # under next-token loss with no target after the sequence, the final position has no gradient at all
@@ -133,13 +144,21 @@ class Dager(Attack):
                     extras["final_token"] = final_info
                 elif ids.shape[1] < length:
                     ids = torch.cat([ids, torch.zeros(ids.shape[0], length - ids.shape[1], dtype=torch.long)], 1)
+            elif fits_partition(cands, n):  # each position's tokens are exactly the N sequences' ones
+                ids, dist, info = search_partition(
+                    second_distance, cands, n, sweeps=opts.sweeps, restarts=opts.restarts, generator=gen,
+                    chunk=opts.chunk, advance=advance,
+                    stop=lambda d: bool((d.max(1).values <= split(d.max(1).values, outside, [])).all()))
+                info["threshold"] = split(dist.max(1).values, outside, [])
             else:
                 ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,
                                                  restarts=opts.restarts, generator=gen, chunk=opts.chunk,
                                                  advance=advance)
+            if not causal:
                 tau = info["threshold"]
                 per_seq = dist.max(1).values
-                verified = bool((per_seq <= tau).all()) and ids.shape[0] == n and len({tuple(r) for r in ids.tolist()}) == n
+                verified = (bool((per_seq <= tau).all()) and ids.shape[0] == n
+                            and len({tuple(r) for r in ids.tolist()}) == n)
                 extras["search"] = {**info, "max_distance": [float(v) for v in per_seq]}
             extras["span_verified"] = bool(verified)  # every sequence's inputs below the span threshold
             # the leading-directions spans that stand in under noise still return what they found (never certain)
@@ -157,7 +176,6 @@ class Dager(Attack):
                                               if check["relative_error"] is not None else f" ({check.get('note')})"))
             if exact["holds"] and not check["matches"] and check.get("note"):  # e.g. LoRA: the targets are unread
                 exact["reason"] += f" ({check['note']})"
-            dropout = dropout_in_training(model)
             if dropout and exact["holds"] and not check["matches"]:
                 exact["dropout"] = dropout
                 if not verified:  # the rank allows it, the span test does not pass: dropout is what fails

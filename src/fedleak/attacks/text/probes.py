@@ -113,8 +113,25 @@ class Probe:
             out = d if out is None else torch.maximum(out, d)
         return out
 
+    @property
+    def masked(self) -> bool:
+        """Whether a span of this probe holds dropout-masked copies of its inputs (:func:`mark_masked_inputs`)."""
+        return any(s.mask_rate > 0 and s.transform is None for s in self.spans)
+
+    def masked_distance(self, x: torch.Tensor) -> torch.Tensor:
+        """The largest :meth:`~.spans.Span.masked_distance` over the spans (float64; shortlists only)."""
+        out = None
+        for span in self.spans:
+            d = span.masked_distance(x)
+            out = d if out is None else torch.maximum(out, d)
+        return out
+
     def describe(self) -> dict:
-        return {"modules": list(self.names), "spans": [s.describe() for s in self.spans]}
+        out = {"modules": list(self.names), "spans": [s.describe() for s in self.spans]}
+        rates = sorted({s.mask_rate for s in self.spans if s.mask_rate > 0})
+        if rates:
+            out["masked_inputs"] = rates
+        return out
 
 
 def _param_names(model: nn.Module) -> dict[int, str]:
@@ -127,6 +144,50 @@ def _lora_parts(module: nn.Module):
         key = next(iter(a.keys()))
         return a[key], b[key]
     return None
+
+
+def _lora_dropout(module: nn.Module) -> float:
+    drop = getattr(module, "lora_dropout", None)
+    if isinstance(drop, nn.ModuleDict) and len(drop):
+        inner = drop[next(iter(drop.keys()))]
+        return float(inner.p) if isinstance(inner, nn.Dropout) else 0.0
+    return 0.0
+
+
+def mark_masked_inputs(model: nn.Module, params: dict, probe: Probe, ids: torch.Tensor) -> float:
+    """Measure whether the client's train-mode step feeds ``probe``'s dense span masked copies of its inputs.
+
+    One train-mode and one eval-mode forward on the same ids (the global random state restored): where every
+    entry of the train-mode input is either 0 or the eval-mode entry times one common factor c > 1, a dropout
+    of rate p = 1 − 1/c acts right before the layer (BERT's embedding dropout after its LayerNorm); the dense
+    spans get ``mask_rate`` p. A dropout anywhere else (GPT-2's before ``ln_1``) mixes the masks into the
+    inputs, the test finds no such factor and the span stays plain. Returns p (0 when none)."""
+    dense = [s for s in probe.spans if s.transform is None and not s.name.endswith(".lora_A")]
+    if not dense:
+        return 0.0
+    was_training = model.training
+    try:
+        device = device_of(model, params)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(0)
+            model.train()
+            noisy = capture(model, params, ids, probe.modules[0]).double()
+        model.eval()
+        clean = capture(model, params, ids, probe.modules[0]).double()
+    finally:
+        model.train(was_training)
+    live = clean.abs() > 1e-6 * float(clean.abs().max().clamp_min(1e-30))
+    ratio = (noisy[live] / clean[live])
+    kept = ratio.abs() > 1e-6
+    if not bool(kept.any()) or bool(kept.all()):
+        return 0.0
+    factor = float(ratio[kept].median())
+    if factor <= 1.0 or float((ratio[kept] - factor).abs().max()) > 1e-4 * factor:
+        return 0.0
+    rate = 1.0 - 1.0 / factor
+    for span in dense:
+        span.mask_rate = rate
+    return rate
 
 
 def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params: dict,
@@ -159,6 +220,7 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
                 # directly, but BᵀG has r rows: at most r directions, the whole span of X only for ≤ r inputs
                 spans.append(Span.from_matrix(ga.T, f"{path}.lora_A", cap=int(ga.shape[0]),
                                               noise=noise.get(names.get(id(a.weight)), 0.0)))
+                spans[-1].mask_rate = _lora_dropout(module)  # PEFT: lora_A(dropout(x)), A's gradient spans x̃
             else:  # PEFT's first round: only B moves; ∇B = s·G·(AX)ᵀ, its rows span A·x (DAGER §5.3)
                 a_weight = params.get(names.get(id(a.weight)), a.weight)
                 spans.append(Span.from_matrix(gb.T, f"{path}.lora_B", transform=a_weight.detach(),

@@ -33,7 +33,8 @@ Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B
 def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first_distance, vocab: int,
                      length: int, positional: bool, chunk: int = 1024, max_per_position: int = 4096,
                      advance: Callable[[], None] | None = None,
-                     at_least: int = 0) -> tuple[list[torch.Tensor], torch.Tensor, float]:
+                     at_least: int = 0, refine: Distances | None = None,
+                     shortlist: int = 64) -> tuple[list[torch.Tensor], torch.Tensor, float]:
     """Per position the tokens whose first-layer input lies in the first span.
 
     ``advance()`` (progress, :mod:`fedleak.attacks.progress`) is called after every vocabulary chunk.
@@ -41,6 +42,9 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     ``positional`` False (RoPE): the input does not depend on the position, one column is computed.
     ``at_least``: the threshold leaves at least that many (token, position) inputs below it, and at most twice
     as many (dropout: the span's rank counts the distinct inputs; no gap separates masked copies).
+    ``refine(ids)`` (optional, ids (K, width) -> distances): the ``shortlist`` closest tokens per position by the
+    plain screen are re-tested by it and every other token counts as at distance 1 — the masked-copy test
+    (:func:`~.spans.masked_fit`) costs too much for the whole vocabulary but restores the gap under dropout.
     """
     width = length if positional else 1
     parts = []
@@ -50,6 +54,10 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
         if advance is not None:
             advance()
     dist = torch.cat(parts)
+    if refine is not None:
+        top = dist.topk(min(shortlist, dist.shape[0]), dim=0, largest=False).indices  # (K, width)
+        fine = refine(top).float().reshape(top.shape)
+        dist = torch.ones_like(dist).scatter(0, top, fine.clamp(max=1.0))
     if not positional:
         dist = dist.expand(-1, length)
     tau = gap_threshold(_lowest(dist if positional else dist[:, :1]), at_least=at_least,

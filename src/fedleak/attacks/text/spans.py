@@ -95,6 +95,9 @@ class Span:
     name: str = ""
     #: the most directions the gradient can hold whatever the inputs (a LoRA A's gradient BᵀG·Xᵀ: the rank r)
     cap: Optional[int] = None
+    #: > 0 when the span holds dropout-masked copies x⊙m/(1−p) of the tested inputs at this rate p (a dropout
+    #: right before the layer, measured by :func:`~.probes.mark_masked_inputs`): :meth:`masked_distance` applies
+    mask_rate: float = 0.0
 
     @classmethod
     def from_matrix(cls, matrix: torch.Tensor, name: str = "", transform: Optional[torch.Tensor] = None,
@@ -137,15 +140,92 @@ class Span:
         # a zero input (a zeroed padding embedding) carries no token: never "in" the span
         return torch.where(zero, torch.ones_like(norm), residual / norm)
 
+    def masked_distance(self, x: torch.Tensor) -> torch.Tensor:
+        """Relative distance of each row of ``x`` (…, d) to the span when a dropout mask may have zeroed any
+        coordinates first (:func:`masked_fit`); the plain :meth:`distance` for a span without ``mask_rate``."""
+        if self.mask_rate <= 0 or self.transform is not None:
+            return self.distance(x)
+        return masked_fit(x, self.basis, self.mask_rate)[0]
+
     def with_rank(self, rank: int) -> "Span":
         """The same singular vectors split at ``rank`` (a rank known from N and L when noise hides the gap)."""
         u = torch.cat([self.basis, self.complement], dim=1)
         rank = max(1, min(int(rank), u.shape[1] - 1))
         return Span(u[:, :rank].contiguous(), u[:, rank:].contiguous(), rank, self.width, self.gap, self.singular,
-                    self.transform, self.name, self.cap)
+                    self.transform, self.name, self.cap, self.mask_rate)
 
     def describe(self) -> dict:
         return {"name": self.name, "rank": self.rank, "width": self.width, "gap": self.gap}
+
+
+def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 40, slack: float = 6.0,
+               restarts: int = 8, floor: float = 1e-5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whether a masked copy of each row of ``x`` lies in the span of ``basis``: (relative residual, dropped mask).
+
+    A client that trains with dropout right before a linear layer feeds it x̃ = x⊙m/(1−p), m ∈ {0, 1}ᵈ, so the
+    gradient's span holds x̃, not x (DAGER's test fails; GRAB, CCS '25, optimizes the masks jointly with the
+    tokens). The scale is absorbed by the span, so the test is: is there a set D of coordinates such that x
+    with D zeroed lies in the span — min over c, D of ‖Uc − x⊙(1−1_D)‖. Exact for a true input (residual at the
+    float floor, the mask recovered) while ≈ p·d coordinates are dropped and the kept ones outnumber the span's
+    rank; a wrong token keeps a residual of order 0.1 since d − |D| equations cannot be met by rank-many
+    coefficients.
+
+    Solved by alternating minimization: project y (x with D zeroed) onto the span, v = UUᵀy; a coordinate
+    is dropped when v is nearer 0 than x there (the largest first, their number grown over the first sweeps up
+    to the bound below); then single-coordinate flips with the exact change of the squared residual,
+    Δ = 2δrᵢ + δ²(1 − Pᵢᵢ) for adding δ at coordinate i, while one lowers it. Rows still above ``floor`` are
+    searched again from ``restarts`` seeded random drop sets of rate p (a token repeated at nearby positions
+    has several masked copies in the span, and the search from D = ∅ can settle between them). |D| never
+    exceeds p·d + ``slack``·√(d·p(1−p)) (a wrong token with every coordinate free could be zeroed into the span).
+    """
+    u = basis.double()
+    x = x.detach().double()
+    d = x.shape[-1]
+    bound = int(rate * d + slack * math.sqrt(d * rate * (1 - rate))) + 1
+    drop = torch.zeros_like(x, dtype=torch.bool)
+    grow = max(1, sweeps // 4)
+    for sweep in range(sweeps):
+        y = torch.where(drop, torch.zeros_like(x), x)
+        v = (y @ u) @ u.T
+        score = (x - v).abs() - v.abs()  # > 0: the span's value is nearer 0 than x
+        k = min(d, bound, max(1, bound * (sweep + 1) // grow))
+        top = score.topk(k, dim=-1)
+        drop = torch.zeros_like(drop).scatter(-1, top.indices, top.values > 0)
+    residual, drop = _flip(x, u, drop, bound)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(restarts):
+        stuck = residual > floor
+        if not bool(stuck.any()):
+            break
+        xs = x[stuck]
+        start = torch.rand(xs.shape, generator=gen).to(xs.device) < rate
+        res, dr = _flip(xs, u, start, bound)
+        better = res < residual[stuck]
+        idx = stuck.nonzero(as_tuple=True)
+        residual[idx] = torch.where(better, res, residual[stuck])
+        drop[idx] = torch.where(better.unsqueeze(-1), dr, drop[stuck])
+    return residual, drop
+
+
+def _flip(x: torch.Tensor, u: torch.Tensor, drop: torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy single-coordinate flips of the drop set while one lowers the squared residual (see masked_fit)."""
+    diag = (u * u).sum(1)
+    norm2 = (x * x).sum(-1, keepdim=True)
+    for _ in range(2 * bound + 16):
+        y = torch.where(drop, torch.zeros_like(x), x)
+        r = y - (y @ u) @ u.T
+        delta = torch.where(drop, x, -x)  # flip: a dropped coordinate back to x, a kept one to 0
+        gain = 2 * delta * r + delta * delta * (1 - diag)
+        full = drop.sum(-1, keepdim=True) >= bound
+        gain = torch.where(full & ~drop, torch.full_like(gain, math.inf), gain)
+        best = gain.argmin(-1, keepdim=True)
+        better = gain.gather(-1, best) < -1e-12 * norm2
+        if not bool(better.any()):
+            break
+        drop = drop ^ torch.zeros_like(drop).scatter(-1, best, better)
+    y = torch.where(drop, torch.zeros_like(x), x)
+    residual = (y - (y @ u) @ u.T).norm(dim=-1)
+    return residual / x.norm(dim=-1).clamp_min(1e-30), drop
 
 
 def max_distance(spans: Sequence[Span], x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,92 @@
+"""Encoder sequences as a partition of the per-position tokens (DAGER §4.3, its maxBᴸ enumeration replaced).
+
+When the first span's test is exact, position p's candidates are exactly the distinct tokens the N sequences
+hold there (1 ≤ c_p ≤ N): every sequence takes one of them and every one of them is taken. DAGER enumerates
+all combinations; :func:`~.search.search_encoder` picks each slot's token freely, so two slots can settle on
+the same sequence. Here the constraint is kept: block-coordinate descent over positions, where position p's
+tokens are assigned to the N slots at once by an optimal assignment (Hungarian algorithm, SciPy's
+``linear_sum_assignment``) on the cost "slot i's summed log distance to the second span with token c at p",
+every token used at least once; restarted from seeded random assignments, the best total kept. Under dropout
+the second span's test is statistical (its inputs mix masks the server cannot replay), the summed log
+distance still ranks the true partition first on the cases measured (``benchmarks/bench_llm.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from scipy.optimize import linear_sum_assignment
+
+Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B, T) of the probe inputs
+
+
+def fits_partition(cands: list[torch.Tensor], num_sequences: int) -> bool:
+    """Whether every position holds between 1 and N candidates (the exact first test's shape)."""
+    return all(1 <= c.numel() <= num_sequences for c in cands)
+
+
+def search_partition(second: Distances, cands: list[torch.Tensor], num_sequences: int, *, sweeps: int = 6,
+                     restarts: int = 8, generator: torch.Generator | None = None, chunk: int = 2048,
+                     stop: Callable[[torch.Tensor], bool] | None = None,
+                     advance: Callable[[], None] | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """The N sequences whose summed log distances are least, each position's candidates all used.
+
+    ``stop(distances (N, L))`` (optional): ends the restarts early (every sequence verifies). ``advance()`` is
+    called after every sweep. Returns (sequences (N, L), per-position distances (N, L), diagnostics).
+    """
+    n, length = num_sequences, len(cands)
+
+    def score(ids):
+        return torch.cat([second(ids[i:i + chunk]) for i in range(0, ids.shape[0], chunk)]).double()
+
+    def start(shuffle: bool) -> torch.Tensor:
+        cols = []
+        for c in cands:
+            col = c.repeat(-(-n // c.numel()))[:n]
+            if shuffle:
+                col = col[torch.randperm(n, generator=generator)]
+            cols.append(col)
+        return torch.stack(cols, 1)
+
+    best, best_dist, best_total, tries = None, None, math.inf, 0
+    for attempt in range(restarts + 1):
+        seqs = start(attempt > 0)
+        for _ in range(sweeps):
+            changed = False
+            for p in range(length):
+                c = cands[p]
+                if c.numel() == 1:
+                    continue
+                trial = seqs.repeat_interleave(c.numel(), 0)
+                trial[:, p] = c.repeat(n)
+                cost = score(trial).clamp_min(1e-30).log().sum(1).view(n, c.numel())
+                chosen = c[_assign(cost)]
+                changed |= bool((chosen != seqs[:, p]).any())
+                seqs[:, p] = chosen
+            if advance is not None:
+                advance()
+            if not changed:
+                break
+        dist = score(seqs)
+        total = float(dist.clamp_min(1e-30).log().sum())
+        tries = attempt + 1
+        if total < best_total:
+            best, best_dist, best_total = seqs.clone(), dist, total
+        if stop is not None and stop(best_dist):
+            break
+    return best, best_dist, {"restarts": tries - 1, "summed_log_distance": best_total, "search": "partition"}
+
+
+def _assign(cost: torch.Tensor) -> torch.Tensor:
+    """Per slot the column of ``cost`` (N slots × c tokens, c ≤ N) in a least-cost assignment that uses every
+    token at least once: c "must" columns (one per token) and N − c "free" columns (each slot's cheapest)."""
+    n, c = cost.shape
+    free = cost.min(1)
+    matrix = torch.cat([cost, free.values.unsqueeze(1).expand(n, n - c)], 1).numpy()
+    rows, cols = linear_sum_assignment(matrix)
+    out = torch.empty(n, dtype=torch.long)
+    for r, col in zip(rows.tolist(), cols.tolist()):
+        out[r] = col if col < c else int(free.indices[r])
+    return out
