@@ -28,6 +28,7 @@ from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
 from ..progress import counting, loop_progress
 from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
+from .deep import LayerEvidence
 from .final_token import recover_final
 from .incremental import last_inputs
 from .partition import fits_partition, search_partition
@@ -53,6 +54,8 @@ class DagerOptions(AttackOptions):
     #: when the client trained with dropout: grow decoder prefixes as a beam on the summed log span distance
     #: (the masked inputs lie in no span; :func:`~.search.grow_causal`)
     dropout_beam: bool = True
+    #: ... and re-rank the beam's best prefixes by every block's span (:class:`~.deep.LayerEvidence`)
+    layer_evidence: bool = True
 
 
 class Dager(Attack):
@@ -130,12 +133,16 @@ class Dager(Attack):
                     return torch.stack([second.distance(last_inputs(model, p, second.modules[0], prefixes, cand,
                                                                     opts.chunk)) for p in points]).min(0).values.cpu()
 
+                # under dropout the one span ranks prefixes weakly: every block's span adds its own evidence
+                evidence = (LayerEvidence.build(model, gradient, points[0], rounding_of(update))
+                            if beam and opts.layer_evidence else None)
+                extras["layer_evidence"] = evidence.count if evidence is not None else 0
                 prefixes, info = grow_causal(second_distance, cands, steps, n, outside, chunk=opts.chunk,
                                              cap_factor=opts.beam_factor, pair_distance=pair_distance,
                                              advance=advance,
                                              inputs_of=lambda ids: capture(model, points[0], ids,
                                                                            second.modules[0]).cpu(),
-                                             beam=beam)
+                                             beam=beam, rescore=evidence.distance if evidence else None)
                 extras["growth"] = info
                 verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
                 ids = prefixes

@@ -101,7 +101,8 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
                 outside: torch.Tensor, chunk: int = 4096, cap_factor: int = 8,
                 pair_distance=None, advance: Callable[[], None] | None = None,
                 inputs_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                beam: bool = False) -> tuple[torch.Tensor, dict]:
+                beam: bool = False, rescore: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                rescore_factor: int = 4) -> tuple[torch.Tensor, dict]:
     """Greedy left-to-right growth of prefixes through the second span (DAGER Alg. 1).
 
     Returns the surviving prefixes (P, steps) and diagnostics (threshold, per-step survivors,
@@ -116,6 +117,9 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
     candidate lies in it and no split separates them; the ``cap_factor``·N prefixes with the smallest summed
     log distance are kept at every step instead (a beam search on the distance, in the spirit of DAGER's
     ranking of candidates by distance, §4.2), and the N best by that sum are returned, never clean.
+    ``rescore(pairs)`` (optional, beam only): the ``rescore_factor``·cap best pairs by the one-span distance are
+    scored again by it (the last position's distance; :class:`~.deep.LayerEvidence`, every block's span) and the
+    beam keeps the best of them by that instead.
     """
     prefixes = torch.zeros(1, 0, dtype=torch.long)
     worst = torch.zeros(1, dtype=torch.float64)  # per prefix: its largest accepted distance / threshold
@@ -139,9 +143,16 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             # a few tokens stay as close to the masked span as the true continuation (see select_spanning)
             repeats = (pairs[:, :-1] == pairs[:, -1:]).sum(1).double()
             doubled = (pairs[:, -2] == pairs[:, -1]).double() if t else torch.zeros(pairs.shape[0], dtype=torch.float64)
-            total = (score.repeat_interleave(cand.numel()) + dist.clamp_min(1e-30).log() + REPEAT_COST * repeats
-                     + DOUBLED_COST * doubled)
+            prev = score.repeat_interleave(cand.numel())
+            penalty = REPEAT_COST * repeats + DOUBLED_COST * doubled
+            total = prev + dist.clamp_min(1e-30).log() + penalty
             keep = total.argsort()[:cap]
+            if rescore is not None:
+                top = total.argsort()[:rescore_factor * cap]
+                deep = torch.cat([rescore(pairs[top[i:i + chunk]]) for i in range(0, top.numel(), chunk)]).double()
+                total = prev[top] + deep.clamp_min(1e-30).log() + penalty[top]
+                order = total.argsort()[:cap]
+                keep, total = top[order], total.new_zeros(pairs.shape[0]).index_copy(0, top[order], total[order])
             score, prefixes = total[keep], pairs[keep]
             worst = worst.repeat_interleave(cand.numel())[keep]
             survivors.append(int(keep.numel()))
