@@ -225,6 +225,7 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
                 a_weight = params.get(names.get(id(a.weight)), a.weight)
                 spans.append(Span.from_matrix(gb.T, f"{path}.lora_B", transform=a_weight.detach(),
                                               noise=noise.get(names.get(id(b.weight)), 0.0)))
+                spans[-1].mask_rate = _lora_dropout(module)  # A·x̃: a few large dropped coordinates forgiven
             if causal and path.rsplit(".", 1)[-1] in QUERY_NAMES:
                 queries.append(spans[-1])
         else:

@@ -22,6 +22,8 @@ import torch
 
 #: with a known noise level, the least ratio σ_r/σ_{r+1} that counts as the edge of the data's span
 NOISE_GAP = 4.0
+#: coordinates a first LoRA round's dropout may have zeroed that the adapter-space test forgives (Span._dropped_distance)
+DROPS = 3
 
 
 def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] = None,
@@ -127,6 +129,8 @@ class Span:
         """
         dtype = torch.float32 if fast else self.basis.dtype
         x = x.to(dtype)
+        if self.transform is not None and self.mask_rate > 0:  # LoRA dropout before a first round's A
+            return self._dropped_distance(x, dtype)
         if self.transform is not None:
             x = x @ self.transform.to(dtype).T
         norm = x.norm(dim=-1)
@@ -139,6 +143,35 @@ class Span:
             residual = (x - (x @ basis) @ basis.T).norm(dim=-1)
         # a zero input (a zeroed padding embedding) carries no token: never "in" the span
         return torch.where(zero, torch.ones_like(norm), residual / norm)
+
+    def _dropped_distance(self, x: torch.Tensor, dtype, drops: int = DROPS) -> torch.Tensor:
+        """The distance of A·x to the span when up to ``drops`` coordinates of x may have been dropped first.
+
+        In a first LoRA round the span lives in A's r dimensions and holds A·x̃, x̃ = x⊙m/(1−p): r coordinates
+        cannot pin down a d-dimensional mask, so no exact test exists. What moves A·x̃ far from A·x is the drop
+        of one of x's few large coordinates (a pretrained decoder's outlier channels, measured on SmolLM2: a
+        true token ranked 556th of the vocabulary is 32nd once they may be dropped). Greedy: with ρ = CᵀA·y
+        (C the complement), dropping coordinate i gives ‖ρ − yᵢMᵢ‖², M = CᵀA; the best ``drops`` are taken
+        in turn. A wrong token gains as much per drop as a true one only by chance; the bound keeps it small
+        (measured on SmolLM2 LoRA r 32, 1 × 16: ROUGE-1 0.76/0.82 with 2, 0.90/0.89 with 3 and 6, 0.32/0.96
+        with 12). A zero input (a zeroed padding embedding) is never in the span.
+        """
+        a = self.transform.to(dtype)
+        m = self.complement.to(dtype).T @ a  # (k − r, d)
+        y = x.to(dtype)
+        norm = (y @ a.T).norm(dim=-1)
+        zero = norm <= 1e-12 * float(norm.detach().max().clamp_min(1e-30)) if norm.numel() else norm.bool()
+        norm = norm.clamp_min(1e-30)
+        rho = y @ m.T
+        col = (m * m).sum(0)
+        for _ in range(drops):
+            gain = -2 * y * (rho @ m) + y * y * col  # change of ‖ρ‖² per dropped coordinate
+            best = gain.argmin(-1, keepdim=True)
+            better = gain.gather(-1, best) < 0
+            step = torch.where(better, y.gather(-1, best), torch.zeros_like(norm.unsqueeze(-1)))
+            rho = rho - step * m.T[best.squeeze(-1)]
+            y = y.scatter(-1, best, torch.where(better, torch.zeros_like(step), y.gather(-1, best)))
+        return torch.where(zero, torch.ones_like(norm), rho.norm(dim=-1) / norm)  # a zero input: never in
 
     def masked_distance(self, x: torch.Tensor) -> torch.Tensor:
         """Relative distance of each row of ``x`` (…, d) to the span when a dropout mask may have zeroed any
