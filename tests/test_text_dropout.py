@@ -119,3 +119,38 @@ def test_layer_evidence_scores_true_continuations_closer_than_wrong_ones(monkeyp
     true_d = evidence.distance(ids[:, :7])
     wrong_d = evidence.distance(wrong[:, :7])
     assert float(true_d.max()) < 0.8 * float(wrong_d.min())
+
+
+def test_recovered_masks_replay_the_masked_copies_into_block_zero():
+    """The masks the first test recovered are the client's: with them block 0 receives exactly the masked copies
+    (checked against the train-mode input of the client's own step), and 1 where a token's mask is unknown."""
+    pytest.importorskip("transformers")
+    from fedleak import data, models
+    from fedleak.attacks.text.masks import RecoveredMasks
+    from fedleak.attacks.text.probes import capture, mark_masked_inputs, probes
+    from fedleak.fl.client import client_update
+    from fedleak.types import Protocol
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=16, task="classification",
+                              seed=0)
+    model = models.build("minilm", spec, seed=0, dropout="shipped")
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=1e-4), seed=0)
+    model.eval()
+    first, _ = probes(model, update.pseudo_gradient(), update.server_params)
+    assert abs(mark_masked_inputs(model, update.server_params, first, clients[0].inputs) - 0.1) < 1e-4
+    ids = clients[0].inputs
+    cands = [torch.unique(ids[:, p]) for p in range(ids.shape[1])]
+    layout = RecoveredMasks.layout(cands)
+    replay = RecoveredMasks(model, first.spans[0], cands, capture(model, update.server_params, layout,
+                                                                   first.modules[0]))
+    clean = capture(model, update.server_params, ids, first.modules[0])
+    with replay.replayed(ids):
+        seen = capture(model, update.server_params, ids, first.modules[0])
+    masked = seen.double() / clean.double().where(clean.abs() > 1e-9, torch.ones_like(clean.double()))
+    distinct = [p for p in range(ids.shape[1]) if ids[0, p] != ids[1, p]]  # a shared token has two masks
+    assert torch.allclose(first.spans[0].distance(seen[:, distinct].reshape(-1, seen.shape[-1])),
+                          torch.zeros(2 * len(distinct), dtype=torch.float64), atol=1e-5)
+    assert set(masked.round(decimals=4).unique().tolist()) <= {0.0, round(1 / 0.9, 4), 1.0}
+    other = ids.clone()
+    other[0, 3] = 999  # a token with no recovered mask: left as it is
+    assert torch.equal(replay.factors(other, 384)[0, 3], torch.ones(384, dtype=replay.keep[0].dtype))

@@ -31,6 +31,7 @@ from .common import exactness, first_inputs_fn, param_points, simulate, task_of,
 from .deep import LayerEvidence
 from .final_token import recover_final
 from .incremental import last_inputs
+from .masks import RecoveredMasks
 from .partition import fits_partition, search_partition
 from .probes import capture, is_causal, mark_masked_inputs, model_type, probes
 from .spans import effective_width, rounding_noise
@@ -56,6 +57,8 @@ class DagerOptions(AttackOptions):
     dropout_beam: bool = True
     #: ... and re-rank the beam's best prefixes by every block's span (:class:`~.deep.LayerEvidence`)
     layer_evidence: bool = True
+    #: encoders under first-layer dropout: test sequences with the recovered masked copies (:mod:`.masks`)
+    replay_masks: bool = True
 
 
 class Dager(Attack):
@@ -122,7 +125,17 @@ class Dager(Attack):
             exact = exactness(n * steps, limit, first, second, gap_found=gap_found)
             extras["exactness"] = exact
 
+            replay = None  # an encoder under first-layer dropout: block 0 gets the recovered masked copies
+            if opts.replay_masks and masked and not causal and positional and all(c.numel() for c in cands):
+                span = next(sp for sp in first.spans if sp.mask_rate > 0 and sp.transform is None)
+                layout = RecoveredMasks.layout(cands)
+                replay = RecoveredMasks(model, span, cands, first_inputs(layout)[0])
+
             def second_distance(ids):
+                if replay is not None:
+                    with replay.replayed(ids):
+                        return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
+                                            for p in points]).min(0).values.cpu()
                 return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
                                     for p in points]).min(0).values.cpu()
 
