@@ -113,11 +113,14 @@ class Dager(Attack):
             advance = counting(tick)
             beam = opts.dropout_beam and bool(dropout)  # masked inputs: rank, not a gap
             masked = first.masked  # the masked-copy test restores the gap (spans.masked_fit)
-            cands, _, tau1 = token_candidates(first_inputs, first_distance, vocab_size(model), length, positional,
-                                              advance=advance, at_least=first.rank if beam and not masked else 0,
-                                              refine=first_masked if masked else None,
-                                              shortlist=max(64, 4 * n * (1 if positional else length)))
+            cands, first_dist, tau1 = token_candidates(
+                first_inputs, first_distance, vocab_size(model), length, positional, advance=advance,
+                at_least=first.rank if beam and not masked else 0, refine=first_masked if masked else None,
+                shortlist=max(64, 4 * n * (1 if positional else length)))
             extras["first_threshold"] = tau1
+            if masked and not causal:  # an encoder's position always holds a token: where several sequences share
+                # one (a final [SEP]), their masked copies can hold the fit between them; the closest stands in
+                cands = [c if c.numel() else first_dist[:, p].argmin().view(1) for p, c in enumerate(cands)]
             extras["candidates_per_position"] = [int(c.numel()) for c in cands]
             # under next-token loss with no target after the sequence, the final position has no gradient at all
             hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0
