@@ -133,10 +133,16 @@ def case_minilm_dropout(args) -> dict:
         update = client_update(model, client, Protocol("fedsgd", lr=1e-4), seed=args.seed)
         rec = fedleak.attacks.build("dager").reconstruct(update, model, spec)
         scores = fedleak.metrics.evaluate(rec, client, spec, tokenizer=model.tokenizer)
+        distinct = len({(int(v), p) for row in client.inputs.tolist() for p, v in enumerate(row)})
         rows.append({"client": client.client_id, "exact_sequences": scores["exact_sequences"],
                      "rouge1": scores["rouge1"], "certain": rec.extras.get("certain"),
                      "exactness": rec.extras.get("exactness"), "cpu_seconds": time.process_time() - cpu0,
-                     "wall_seconds": time.perf_counter() - t0})
+                     "wall_seconds": time.perf_counter() - t0,
+                     "first_span_rank": rec.extras.get("first", {}).get("spans", [{}])[0].get("rank"),
+                     "distinct_token_positions": distinct,
+                     "first_masked_rate": rec.extras.get("first_masked_rate"),
+                     "candidates_per_position": rec.extras.get("candidates_per_position"),
+                     "search": {k: v for k, v in (rec.extras.get("search") or {}).items() if k != "max_distance"}})
         print(json.dumps({k: rows[-1][k] for k in ("client", "exact_sequences", "rouge1", "cpu_seconds")}), flush=True)
     return {"model": "minilm (all-MiniLM-L6-v2)", "training": "FedSGD, sequence classification, lr 1e-4",
             "dropout": args.dropout, "dropout_acting": dropout_in_training(model) or "none",
