@@ -192,7 +192,7 @@ class Span:
 
 
 def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 40, slack: float = 6.0,
-               restarts: int = 8, floor: float = 1e-5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+               restarts: int = 16, floor: float = 1e-5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Whether a masked copy of each row of ``x`` lies in the span of ``basis``: (relative residual, dropped mask).
 
     A client that trains with dropout right before a linear layer feeds it x̃ = x⊙m/(1−p), m ∈ {0, 1}ᵈ, so the
@@ -208,7 +208,9 @@ def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 
     to the bound below); then single-coordinate flips with the exact change of the squared residual,
     Δ = 2δrᵢ + δ²(1 − Pᵢᵢ) for adding δ at coordinate i, while one lowers it. Rows still above ``floor`` are
     searched again from ``restarts`` seeded random drop sets of rate p (a token repeated at nearby positions
-    has several masked copies in the span, and the search from D = ∅ can settle between them). |D| never
+    has several masked copies in the span, and the search from D = ∅ can settle between them; on one MiniLM 4 × 32
+    batch with a row of 16 dashes DAGER's ROUGE-1 was 0.72 with 8 restarts in 61 CPU-s, 0.84 with 16 in 65 s and
+    0.85 with 32 in 96 s). |D| never
     exceeds p·d + ``slack``·√(d·p(1−p)) (a wrong token with every coordinate free could be zeroed into the span).
     """
     u = basis.double()
