@@ -158,7 +158,10 @@ class Dager(Attack):
                                              advance=advance,
                                              inputs_of=lambda ids: capture(model, points[0], ids,
                                                                            second.modules[0]).cpu(),
-                                             beam=beam, rescore=evidence.distance if evidence else None)
+                                             beam=beam, rescore=evidence.distance if evidence else None,
+                                             more=None if evidence is None else
+                                             [first_dist[:, p].topk(256, largest=False).indices
+                                              for p in range(length)])
                 extras["growth"] = info
                 verified = prefixes.shape[0] == n and prefixes.shape[1] == steps and info["clean"]
                 ids = prefixes
