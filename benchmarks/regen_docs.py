@@ -205,7 +205,8 @@ def llm_dager() -> str:
     files += [f for f in ("llm_dager_lora128_round1.json", "llm_dager_lora128_round2.json",
                           "llm_minilm_dropout.json", "llm_minilm_dropout_4x16.json", "llm_minilm_dropout_4x32.json",
                           "llm_minilm_dropout_16x16.json",
-                          "llm_dager_lora32_dropout.json", "llm_minilm_4x32.json")
+                          "llm_dager_lora32_dropout.json", "llm_dager_lora32_dropout_seed1.json",
+                          "llm_minilm_4x32.json")
               if (RESULTS / f).is_file()]
     rows = ["| N × L | training | dropout | exact sequences (final token included) | proved per client | "
             "ROUGE-1 | CPU s per client | load average | file |", "|---|---|---|--:|---|--:|---|--:|---|"]
