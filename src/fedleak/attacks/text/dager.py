@@ -204,10 +204,16 @@ class Dager(Attack):
                 exact["reason"] += f" ({check['note']})"
             if dropout and exact["holds"] and not check["matches"]:
                 exact["dropout"] = dropout
-                if not verified:  # the rank allows it, the span test does not pass: dropout is what fails
+                if masked:  # the first test matched masked copies; later layers mix masks no one can replay
+                    exact["reason"] += (f"; the client trained with dropout on ({dropout}): the first layer's inputs "
+                                        "were masked copies of the token vectors, which the masked-copy test matched "
+                                        "together with their masks, but the masks inside the later layers cannot be "
+                                        "replayed: the sequences are the search's best estimate, not proved")
+                elif not verified:  # the rank allows it, the span test does not pass: dropout is what fails
                     exact["reason"] += (f"; the client trained with dropout on ({dropout}): the layers' inputs were "
                                         "masked, rescaled copies of the token vectors, outside the span of the clean "
-                                        "candidates: dropout, not rank, is what fails")
+                                        "candidates: dropout, not rank, is what fails exactness; the sequences are "
+                                        "the beam's best estimate, not proved")
                 else:  # the sequences pass the span test; the masks cannot be replayed to prove them
                     exact["reason"] += (f"; the client trained with dropout on ({dropout}): its random masks cannot "
                                         "be replayed, so the recovery passes the span test but is not proved")
