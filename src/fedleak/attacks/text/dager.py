@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -135,12 +136,9 @@ class Dager(Attack):
                 replay = RecoveredMasks(model, span, cands, first_inputs(layout)[0])
 
             def second_distance(ids):
-                if replay is not None:
-                    with replay.replayed(ids):
-                        return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
-                                            for p in points]).min(0).values.cpu()
-                return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
-                                    for p in points]).min(0).values.cpu()
+                with replay.replayed(ids) if replay is not None else nullcontext():
+                    return torch.stack([second.distance(capture(model, p, ids, second.modules[0]))
+                                        for p in points]).min(0).values.cpu()
 
             outside = outside_level(second_distance, vocab_size(model), length, gen)
             extras["outside_min"] = float(outside.min())

@@ -137,14 +137,17 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
     history: list[float] = []  # beam with rescore: per step the best re-scored log distance
     expanded: list[int] = []
 
-    def beam_step(cand, t):
-        """One beam step over ``cand``: (pairs, distances, kept indices, totals, best re-scored log distance)."""
+    def extend(cand):
+        """Every (current prefix, candidate) pair and the second probe's distance at its new position."""
         pairs = torch.cat([prefixes.repeat_interleave(cand.numel(), 0),
                            cand.repeat(prefixes.shape[0]).unsqueeze(1)], dim=1)
         if pair_distance is not None:
-            dist = pair_distance(prefixes, cand).double()
-        else:
-            dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
+            return pairs, pair_distance(prefixes, cand).double()
+        return pairs, torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
+
+    def beam_step(cand, t):
+        """One beam step over ``cand``: (pairs, distances, kept indices, totals, best re-scored log distance)."""
+        pairs, dist = extend(cand)
         # a token the prefix already holds costs log 2 per earlier use: under RoPE, chains that cycle through
         # a few tokens stay as close to the masked span as the true continuation (see select_spanning)
         repeats = (pairs[:, :-1] == pairs[:, -1:]).sum(1).double()
@@ -187,12 +190,7 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             if advance is not None:
                 advance()
             continue
-        pairs = torch.cat([prefixes.repeat_interleave(cand.numel(), 0),
-                           cand.repeat(prefixes.shape[0]).unsqueeze(1)], dim=1)
-        if pair_distance is not None:
-            dist = pair_distance(prefixes, cand).double()
-        else:
-            dist = torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
+        pairs, dist = extend(cand)
         tau = split(dist, outside, accepted[-4 * num_sequences:])
         order = dist.argsort()
         keep = order[dist[order] <= tau]
