@@ -5,10 +5,12 @@ LoRA on its default targets (q_proj, v_proj; α = 2r, round 1: B = 0) over N seq
 embedded corpus, attacked by ``dager`` (Petrov et al., NeurIPS 2024, §5.3 for LoRA). Recorded per cell:
 the exact share (sequences recovered token for token), ROUGE-1, whether the update recomputed from them
 matched (``certain``), DAGER's stated exactness condition (token inputs against the span dimension it
-measured) and the CPU seconds. The grid is batch × length × LoRA rank × dropout ⊂ {1, 4, 16} × {16, 64}
-× {8, 32} × {off, shipped} (shipped: LoRA dropout 0.075, FlowerTune's; SmolLM2's own config ships
-none); the issue's full grid (length 512, rank 128, 10 local steps) is listed in the results as
-"not run" — too slow for 2 CPU cores in the time given.
+measured) and the CPU seconds. The grid is the issue's: batch × length × LoRA rank × dropout × local steps =
+{1, 4, 16} × {16, 64, 512} × {8, 32, 128, full fine-tuning} × {off, shipped} × {1, 10} (shipped: LoRA dropout
+0.075, FlowerTune's; SmolLM2's own config ships none; 10 steps: FedAvg on the full batch at the same lr, the
+update θᶜ − θˢ as the client sends it). It runs cheapest first (tokens × steps); on 2 CPU cores the largest
+cells (16 × 512 × 10 steps: FlowerTune's client, ~1,000 CPU-s per step set) take sessions, so the record lists
+the cells not run yet (``not_run``) and the plot hatches them.
 
 The theoretical limit (DAGER Thm. 3.2 / §5.3): the N·L token inputs of a step must span fewer
 directions than the span holds — the LoRA rank r (the adapter's B-gradient lives in r dimensions), or
@@ -36,15 +38,32 @@ import torch
 
 from _results import fresh
 
-BATCHES, LENGTHS, RANKS, DROPOUTS = (1, 4, 16), (16, 64), (8, 32, 128, "full"), ("off", "shipped")
-#: the issue's grid beyond what runs here, recorded as not run
-NOT_RUN = {"lengths": [512], "local_steps": [10]}
+BATCHES, LENGTHS, RANKS, DROPOUTS = (1, 4, 16), (16, 64, 512), (8, 32, 128, "full"), ("off", "shipped")
+#: local steps per round: 1 (FedSGD) and 10 (FedAvg, FlowerTune's local steps, full batch, same lr)
+STEPS = (1, 10)
 SHIPPED_LORA_DROPOUT = 0.075
 PLOT = Path(__file__).resolve().parent.parent / "docs" / "llm-boundary.png"
 
 
-def key(batch: int, length: int, rank, dropout: str) -> str:
-    return f"{batch}x{length}-{'full' if rank == 'full' else f'r{rank}'}-{dropout}"
+def key(batch: int, length: int, rank, dropout: str, steps: int = 1) -> str:
+    return f"{batch}x{length}-{'full' if rank == 'full' else f'r{rank}'}-{dropout}" + (f"-s{steps}" if steps > 1 else "")
+
+
+def grid() -> list[tuple]:
+    """Every cell (batch, length, rank, dropout, steps), cheapest first: client tokens × steps, LoRA before full."""
+    rank_order = {r: i for i, r in enumerate(RANKS)}
+    return sorted(itertools.product(BATCHES, LENGTHS, RANKS, DROPOUTS, STEPS),
+                  key=lambda c: (c[0] * c[1] * c[4], c[2] == "full", rank_order[c[2]], c[3]))
+
+
+def steps_of(cell_key: str) -> int:
+    tail = cell_key.rsplit("-", 1)[-1]
+    return int(tail[1:]) if tail[:1] == "s" and tail[1:].isdigit() else 1
+
+
+def not_run(cells: dict) -> list[str]:
+    """The grid's cells with no measurement yet (the run is resumable: they are next)."""
+    return [key(*c) for c in grid() if key(*c) not in cells]
 
 
 def environment() -> dict:
@@ -55,7 +74,7 @@ def environment() -> dict:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
-def run_cell(args, batch: int, length: int, rank: int, dropout: str) -> dict:
+def run_cell(args, batch: int, length: int, rank: int, dropout: str, steps: int = 1) -> dict:
     import fedleak
     import fedleak.attacks
     import fedleak.data.tokenizers
@@ -77,13 +96,14 @@ def run_cell(args, batch: int, length: int, rank: int, dropout: str) -> dict:
         model = fedleak.models.build(str(source), spec, seed=0, lora=rank, lora_targets="peft",
                                      lora_dropout=SHIPPED_LORA_DROPOUT if dropout == "shipped" else 0.0)
     cpu0, t0 = time.process_time(), time.perf_counter()
-    update = client_update(model, clients[0], Protocol("fedsgd", lr=5e-5), seed=args.seed)
+    protocol = Protocol("fedsgd", lr=5e-5) if steps == 1 else Protocol("fedavg", epochs=steps, lr=5e-5)
+    update = client_update(model, clients[0], protocol, seed=args.seed)
     step_cpu = time.process_time() - cpu0
     rec = fedleak.attacks.build("dager").reconstruct(update, model, spec)
     scores = fedleak.metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)
     exact = rec.extras.get("exactness", {})
     return {"batch": batch, "seq_len": length, "tokens": batch * length, "lora_rank": rank, "dropout": dropout,
-            "dropout_acting": dropout_in_training(model) or "none", "local_steps": 1,
+            "dropout_acting": dropout_in_training(model) or "none", "local_steps": steps,
             "exact_share": scores["exact_sequences"], "rouge1": scores["rouge1"],
             "certain": bool(rec.extras.get("certain")), "holds": exact.get("holds"),
             "span_limit": exact.get("limit"), "reason": exact.get("reason"),
@@ -91,7 +111,7 @@ def run_cell(args, batch: int, length: int, rank: int, dropout: str) -> dict:
             "wall_seconds": time.perf_counter() - t0, "load_average": list(os.getloadavg())}
 
 
-def plot(record: dict, path: Path) -> None:
+def plot(record: dict, path: Path, steps: int = 1) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,7 +127,7 @@ def plot(record: dict, path: Path) -> None:
     xs, ys = {b: i for i, b in enumerate(BATCHES)}, {L: j for j, L in enumerate(LENGTHS)}
     for ax, (rank, dropout) in zip(axes, panels):
         for b, L in itertools.product(BATCHES, LENGTHS):
-            cell = cells.get(key(b, L, rank, dropout))
+            cell = cells.get(key(b, L, rank, dropout, steps))
             x, y = xs[b], ys[L]
             if cell is None:
                 ax.add_patch(plt.Rectangle((x - .45, y - .45), .9, .9, facecolor="#dddddd", hatch="//",
@@ -120,7 +140,8 @@ def plot(record: dict, path: Path) -> None:
             ax.text(x, y, f"{share:.0%}\nR1 {cell['rouge1']:.2f}" + ("\nproved" if cell["certain"] else ""),
                     ha="center", va="center", fontsize=7)
         # the limit N·L = r (full fine-tuning: the width the span test measured), on the log-spaced axes
-        limits = [c["span_limit"] for k, c in cells.items() if c["lora_rank"] == rank and c.get("span_limit")]
+        limits = [c["span_limit"] for k, c in cells.items() if c["lora_rank"] == rank and c.get("span_limit")
+                  and c.get("local_steps", 1) == 1]
         limit = rank if rank != "full" else (max(limits) if limits else None)
         if limit is not None:
             grid = torch.linspace(0, len(BATCHES) - 1, 100)
@@ -128,7 +149,8 @@ def plot(record: dict, path: Path) -> None:
             logl = torch.log2(torch.tensor([float(L) for L in LENGTHS]))
             bx = torch.from_numpy(__import__("numpy").interp(grid.numpy(), range(len(BATCHES)), logb.numpy()))
             ly = torch.log2(torch.tensor(float(limit))) - bx  # log2 L on the limit
-            yy = (ly - logl[0]) / (logl[1] - logl[0])
+            yy = torch.from_numpy(__import__("numpy").interp(ly.numpy(), logl.numpy(), range(len(LENGTHS)),
+                                                             left=-1.0, right=len(LENGTHS)))
             ax.plot(grid, yy, "b--", linewidth=1.2, label=f"N·L = {'r = ' if rank != 'full' else 'width '}{limit}")
         ax.set_xlim(-.6, len(BATCHES) - .4)
         ax.set_ylim(-.6, len(LENGTHS) - .4)
@@ -136,22 +158,29 @@ def plot(record: dict, path: Path) -> None:
         ax.set_yticks(range(len(LENGTHS)), [str(L) for L in LENGTHS])
         ax.set_xlabel("batch N")
         ax.set_title(("full fine-tuning" if rank == "full" else f"LoRA r {rank}") + f", dropout {dropout}", fontsize=9)
-        ax.legend(fontsize=7, loc="upper right")
+        if limit is not None:
+            ax.legend(fontsize=7, loc="upper right")
     for row in grid_axes:
         row[0].set_ylabel("sequence length L")
     env = record.get("environment", {})
-    fig.suptitle(f"DAGER exact share on {record['model']}, FedSGD round 1 (B = 0), 1 local step; "
+    what = "FedSGD round 1 (B = 0), 1 local step" if steps == 1 else f"FedAvg round 1 (B = 0 at the start), {steps} local steps"
+    fig.suptitle(f"DAGER exact share on {record['model']}, {what}; "
                  f"{env.get('threads', '?')} thread(s), load {env.get('load_average', ['?'])[0]:.1f}"
                  if env else record["model"], fontsize=9)
-    skipped = record.get("not_run", {})
-    if skipped:
-        fig.text(0.5, 0.005, "not run (2 CPU cores): " + "; ".join(f"{k.replace('_', ' ')} {v}"
-                                                               for k, v in skipped.items()),
+    missing = [k for k in not_run(cells) if steps_of(k) == steps]
+    if missing:
+        fig.text(0.5, 0.005, f"{len(missing)} cells not run yet (2 CPU cores; the run resumes): hatched",
                  ha="center", fontsize=8, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_all(record: dict, path: Path) -> None:
+    """One figure per number of local steps: ``llm-boundary.png`` (1) and ``llm-boundary-s10.png`` (10)."""
+    for steps in STEPS:
+        plot(record, path if steps == 1 else path.with_name(f"{path.stem}-s{steps}{path.suffix}"), steps)
 
 
 def main() -> None:
@@ -171,36 +200,36 @@ def main() -> None:
         "training": "FedSGD (1 local step), PEFT LoRA on q_proj/v_proj, α = 2r, round 1 (B = 0), lr 5e-5",
         "grid": {"batch": list(BATCHES), "seq_len": list(LENGTHS), "lora_rank": list(RANKS),
                  "dropout": list(DROPOUTS), "shipped_lora_dropout": SHIPPED_LORA_DROPOUT},
-        "not_run": NOT_RUN, "environment": environment(), "cells": {}}
+        "environment": environment(), "cells": {}}
     record["grid"] = {"batch": list(BATCHES), "seq_len": list(LENGTHS), "lora_rank": list(RANKS),
-                      "dropout": list(DROPOUTS), "shipped_lora_dropout": SHIPPED_LORA_DROPOUT}
-    record["not_run"] = NOT_RUN
+                      "dropout": list(DROPOUTS), "local_steps": list(STEPS), "shipped_lora_dropout": SHIPPED_LORA_DROPOUT}
+    record["training"] = ("FedSGD (1 local step) or FedAvg (10 local steps, full batch), PEFT LoRA on q_proj/v_proj, "
+                          "α = 2r, round 1 (B = 0 at the start), lr 5e-5; or full fine-tuning")
+    record["not_run"] = not_run(record["cells"])
     if not args.plot_only:
         if args.model == "smollm2" and not (Path(args.folder) / "model.safetensors").is_file():
             from fedleak.models.hf import gguf
 
             gguf.convert(gguf.smollm2_file(), Path(args.folder))
         # cheapest first: fewer tokens first, off before shipped
-        rank_order = {r: i for i, r in enumerate(RANKS)}
-        order = sorted(itertools.product(BATCHES, LENGTHS, RANKS, DROPOUTS),
-                       key=lambda c: (c[2] == "full", c[0] * c[1], rank_order[c[2]], c[3]))
         done = 0
-        for batch, length, rank, dropout in order:
-            k = key(batch, length, rank, dropout)
+        for batch, length, rank, dropout, steps in grid():
+            k = key(batch, length, rank, dropout, steps)
             if k in record["cells"]:
                 continue
             if args.max_cells is not None and done >= args.max_cells:
                 break
-            cell = run_cell(args, batch, length, rank, dropout)
+            cell = run_cell(args, batch, length, rank, dropout, steps)
             record["cells"][k] = cell
+            record["not_run"] = not_run(record["cells"])
             done += 1
             print(json.dumps({k: {f: cell[f] for f in ("exact_share", "rouge1", "certain", "holds", "span_limit",
                                                       "cpu_seconds")}}), flush=True)
             out.write_text(json.dumps(record, indent=1, default=str))
-            plot(record, Path(args.plot))
+            plot_all(record, Path(args.plot))
     record["load_average_after"] = list(os.getloadavg())
     out.write_text(json.dumps(record, indent=1, default=str))
-    plot(record, Path(args.plot))
+    plot_all(record, Path(args.plot))
     print(f"wrote {out} and {args.plot}")
 
 

@@ -229,26 +229,31 @@ def llm_boundary() -> str:
     d = _load("llm_boundary.json")
     grid, cells = d["grid"], d["cells"]
     shapes = [(b, n) for b in grid["batch"] for n in grid["seq_len"]]
-    rows = ["| rank, dropout | " + " | ".join(f"{b} × {n}" for b, n in shapes) + " |",
+    rows = ["| local steps, rank, dropout | " + " | ".join(f"{b} × {n}" for b, n in shapes) + " |",
             "|---|" + "--:|" * len(shapes)]
-    for rank in grid["lora_rank"]:
-        for dropout in grid["dropout"]:
-            label = ("full fine-tuning" if rank == "full" else f"LoRA r {rank}") + f", {dropout}"
-            out = []
-            for b, n in shapes:
-                tag = "full" if rank == "full" else f"r{rank}"
-                c = cells.get(f"{b}x{n}-{tag}-{dropout}")
-                out.append("not run" if c is None else
-                           f"{100 * c['exact_share']:.0f} %" + (" ✓" if c["certain"] else "")
-                           + ("" if c["holds"] else " (limit)")
-                           + (f" (R1 {c['rouge1']:.2f})" if 0 < c["rouge1"] and c["exact_share"] < 1 else ""))
-            rows.append(f"| {label} | " + " | ".join(out) + " |")
+    for steps in grid.get("local_steps", [1]):
+        for rank in grid["lora_rank"]:
+            for dropout in grid["dropout"]:
+                label = (f"{steps}, " + ("full fine-tuning" if rank == "full" else f"LoRA r {rank}") + f", {dropout}")
+                out = []
+                for b, n in shapes:
+                    tag = "full" if rank == "full" else f"r{rank}"
+                    c = cells.get(f"{b}x{n}-{tag}-{dropout}" + (f"-s{steps}" if steps > 1 else ""))
+                    out.append("not run" if c is None else
+                               f"{100 * c['exact_share']:.0f} %" + (" ✓" if c["certain"] else "")
+                               + ("" if c["holds"] else (" (noise)" if "noise fills" in (c.get("reason") or "")
+                                                         else " (limit)"))
+                               + (f" (R1 {c['rouge1']:.2f})" if 0 < c["rouge1"] and c["exact_share"] < 1 else ""))
+                rows.append(f"| {label} | " + " | ".join(out) + " |")
     env = d["environment"]
+    missing = len(d.get("not_run", []))
     return ("\n".join(rows) + f"\n\nExact share of N sequences of L tokens; ✓ proved (the update recomputed from "
-            f"them matched); (limit): DAGER's condition fails (N·L token inputs against the span dimension); R1: ROUGE-1 of "
-            f"a partial recovery. "
-            f"{len(cells)} cells measured, {env['threads']} thread, load average {env['load_average'][0]:.1f} at "
-            f"the start; `benchmarks/results/llm_boundary.json`, plot `docs/llm-boundary.png`.\n")
+            f"them matched); (limit): DAGER's condition fails (N·L token inputs against the span dimension); (noise): "
+            f"the span is filled by noise (the float32 rounding of the weights a FedAvg client sends, magnified by "
+            f"1/lr); R1: ROUGE-1 of a partial recovery. {len(cells)} cells measured, {missing} not run yet; "
+            f"{env['threads']} thread, load average {env['load_average'][0]:.1f} at the start; "
+            f"`benchmarks/results/llm_boundary.json`, plots `docs/llm-boundary.png` (1 step) and "
+            f"`docs/llm-boundary-s10.png` (10 steps).\n")
 
 
 TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,

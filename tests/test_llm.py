@@ -88,6 +88,32 @@ def test_dager_through_lora_in_round_one_and_later_rounds(rank, batch, warmup):
     assert names == ["model.layers.0.self_attn.v_proj." + ("lora_A" if warmup else "lora_B")]
     assert rec.extras["exactness"]["holds"] and rec.extras["exactness"]["limit"] == rank
     assert metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)["exact_sequences"] == 1.0
+    # proved: the targets after the sequences, read through the adapters (the head is frozen), and the update
+    # recomputed from sequences and targets matches the one sent
+    check = rec.extras["exactness"]["verification"]
+    assert rec.extras["certain"] and check["relative_error"] < 1e-5
+    truth = {tuple(row): y for row, y in zip(clients[0].inputs.long().tolist(), clients[0].labels.tolist())}
+    assert [truth[tuple(row)] for row in rec.inputs.long().tolist()] == check["labels"]  # in the recovered order
+
+
+def test_targets_through_a_frozen_head_are_a_proposal_the_recomputation_decides():
+    """The frozen head's targets (frozen_head.read_targets): right on a FedSGD LoRA step of 4 sequences; a wrong
+    sequence (one token changed) does not verify, whatever targets are read for it; FedAvg is not read."""
+    from fedleak.attacks.text.verify import verify
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=4, seq_len=8, task="causal-lm", seed=3)
+    model = models.build("llama-tiny", spec, seed=0, lora=32, lora_targets="peft")
+    ids = clients[0].inputs.long()
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=0.01), seed=0)
+    good = verify(model, update, ids, spec.num_classes)
+    assert good["matches"] and good["labels"] == clients[0].labels.tolist()
+    wrong = ids.clone()
+    wrong[1, 3] = (wrong[1, 3] + 1) % model.vocab_size
+    bad = verify(model, update, wrong, spec.num_classes)
+    assert not bad["matches"] and bad["relative_error"] > 1e-3
+    fedavg = client_update(model, clients[0], Protocol("fedavg", epochs=2, lr=0.01), seed=0)
+    late = verify(model, fedavg, ids, spec.num_classes)
+    assert "several local steps" in late["note"]
 
 
 def test_dager_lora_later_round_limit_is_the_rank():

@@ -12,7 +12,9 @@ The loss also needs each sequence's label, which the span test never sees:
   to a sequence and leaving the new last position without a target gives exactly the loss of the sequence
   with label y (a causal model's earlier positions never attend to a later token), so the labels are read
   like DAGER's hidden final token (:func:`.final_token.recover_final`, one least-squares solve on the output
-  embedding's gradient); "no target" where no class stands out;
+  embedding's gradient); "no target" where no class stands out. With the head frozen (LoRA) they are read
+  through the adapters' gradient, on which the targets act through the head's rows
+  (:func:`.frozen_head.read_targets`, FedSGD);
 * **classification** — the class: the classifier's weight gradient is affine in the one-hot labels,
   G(y) − G(0) = Σₙ (e₀ − e_{yₙ}) hₙᵀ / N (hₙ the classifier's input), solved the same way.
 
@@ -32,6 +34,7 @@ from ...fl.client import local_training, sequential_schedule
 from ...types import Update
 from .probes import base_of, capture
 from .final_token import output_embedding_name, recover_final
+from .frozen_head import read_targets
 
 #: relative error of the recomputed update below which a recovery is proved (float32: ~1e-6 reached)
 TOLERANCE = 1e-3
@@ -114,12 +117,17 @@ def _labels_from_head(model, update: Update, ids: torch.Tensor, classes: int):
 def _labels_after(model, update: Update, ids: torch.Tensor):
     """Causal-LM labels (the target after each sequence) by :func:`recover_final` on the sequence + one token."""
     gradient = update.pseudo_gradient()
-    if output_embedding_name(model, gradient) is None:
-        return None, "the output embedding has no gradient in this update (e.g. LoRA), so the targets after the " \
-                     "sequences are not observable"
+    if output_embedding_name(model, gradient) is None:  # frozen head (LoRA): read through the adapters
+        if not hasattr(model, "loss_fn"):
+            return None, "the output embedding has no gradient in this update, so the targets are not observable"
+        from ...models.hf.wrapper import next_token_targets
+
+        return read_targets(model, update, ids, lambda x, y: _gradient(model, update, x, y),
+                            lambda x, y: int((next_token_targets(x, y, model.pad_id) != IGNORE).sum()))
     vocab = int(base_of(model).config.vocab_size)
     used = set(ids.reshape(-1).tolist())
-    dummy = next(v for v in range(vocab) if v not in used)
+    pad = getattr(model, "pad_id", None)
+    dummy = next(v for v in range(vocab) if v not in used and v != pad)
 
     def simulate(longer):
         return _gradient(model, update, longer, torch.full((longer.shape[0],), IGNORE, dtype=torch.long))
