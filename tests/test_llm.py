@@ -98,7 +98,7 @@ def test_dager_through_lora_in_round_one_and_later_rounds(rank, batch, warmup):
 
 def test_targets_through_a_frozen_head_are_a_proposal_the_recomputation_decides():
     """The frozen head's targets (frozen_head.read_targets): right on a FedSGD LoRA step of 4 sequences; a wrong
-    sequence (one token changed) does not verify, whatever targets are read for it; FedAvg is not read."""
+    sequence (one token changed) does not verify, whatever targets are read for it; FedAvg's 10 local steps too."""
     from fedleak.attacks.text.verify import verify
 
     spec, clients = data.load("text", num_clients=1, samples_per_client=4, seq_len=8, task="causal-lm", seed=3)
@@ -111,9 +111,24 @@ def test_targets_through_a_frozen_head_are_a_proposal_the_recomputation_decides(
     wrong[1, 3] = (wrong[1, 3] + 1) % model.vocab_size
     bad = verify(model, update, wrong, spec.num_classes)
     assert not bad["matches"] and bad["relative_error"] > 1e-3
-    fedavg = client_update(model, clients[0], Protocol("fedavg", epochs=2, lr=0.01), seed=0)
+    # FedAvg (10 local steps, FlowerTune's): affine in the targets to first order in the lr, read the same way
+    fedavg = client_update(model, clients[0], Protocol("fedavg", epochs=10, lr=0.01), seed=0)
     late = verify(model, fedavg, ids, spec.num_classes)
-    assert "several local steps" in late["note"]
+    assert late["matches"] and late["labels"] == clients[0].labels.tolist()
+
+
+def test_dager_lora_round_one_with_ten_local_steps_reads_b_not_the_rounding_of_a():
+    """FedAvg in round 1 (B = 0 sent): A moves only by the client's later steps, by little more than the float32
+    rounding of the weights it sends at FlowerTune's lr 5e-5; B's span is the one that holds A·x (it did not
+    before: A's noise span was tested and nothing came back)."""
+    from fedleak.attacks import build
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=1, seq_len=8, task="causal-lm")
+    model = models.build("llama-tiny", spec, seed=0, lora=32, lora_targets="peft")
+    update = client_update(model, clients[0], Protocol("fedavg", epochs=10, lr=5e-5), seed=0)
+    rec = build("dager").reconstruct(update, model, spec)
+    assert [sp["name"] for sp in rec.extras["first"]["spans"]] == ["model.layers.0.self_attn.v_proj.lora_B"]
+    assert rec.inputs.long().tolist() == clients[0].inputs.long().tolist() and rec.extras["certain"]
 
 
 def test_dager_lora_later_round_limit_is_the_rank():

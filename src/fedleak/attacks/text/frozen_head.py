@@ -18,8 +18,10 @@ first, and R is deflated by the chosen column before the next JVP, so cross term
 the residual does; then each sequence is decided again against the residual the others leave (up to ``REFINE``
 sweeps, until the residual is at the float floor).
 
-Only FedSGD is affine in the targets (FedAvg's later steps see the weights the earlier ones moved). The result is
-a proposal: :func:`.verify.verify` recomputes the whole update from it, and only a match proves the recovery.
+FedSGD is affine in the targets; FedAvg's pseudo-gradient Σₜ gₜ is affine to first order in the lr (the later
+steps see weights the earlier ones moved by lr·g), each sequence's column counted once per local step that sees
+it (:func:`_uses`), so the same reading applies there. Parameters whose pseudo-gradient is float32 rounding of
+the weights sent, magnified by 1/lr (A in a first round of FedAvg), are left out of the fit. The result is a proposal: :func:`.verify.verify` recomputes the whole update from it, and only a match proves the recovery.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ from torch.func import functional_call, jvp, vjp, vmap
 
 from ...types import Update
 from .probes import base_of
+from .spans import rounding_noise
 
 #: candidates per sequence by the estimated fit, and from the model's own prediction
 SHORTLIST, PRIOR = 64, 16
 #: sweeps re-deciding each sequence against the others' residual, and the residual energy (relative) that ends them
 REFINE, FLOOR = 2, 1e-8
+#: a parameter's pseudo-gradient energy must exceed this multiple of its expected rounding-noise energy
+NOISE_MARGIN = 4.0
 #: VJPs evaluated at once (bounds memory: CHUNK × trained parameters)
 CHUNK = 32
 #: random directions of the sketch that estimates every candidate's ‖C‖² (relative error ≈ √(2/PROBES))
@@ -58,6 +63,31 @@ def _final_states(model: nn.Module, base: dict, head: nn.Module) -> Callable:
     return states
 
 
+def _above_rounding(update: Update, name: str, sent: torch.Tensor) -> bool:
+    """Whether a parameter's pseudo-gradient stands above the float32 rounding of the weights the client sent
+    (:func:`.spans.rounding_noise`; none for FedSGD). In a first LoRA round (B = 0) A never moves in FedSGD
+    and, over FedAvg's local steps at FlowerTune's lr, by little more than that rounding magnified by 1/lr:
+    fitting it would fit noise."""
+    energy = float(sent.double().pow(2).sum())
+    if energy == 0.0:
+        return False
+    if update.is_fedsgd or update.client_params is None:
+        return True
+    sigma = rounding_noise(update.server_params[name], update.client_params[name], update.protocol.lr,
+                           max(1, update.num_steps))
+    return energy > NOISE_MARGIN * sent.numel() * sigma ** 2
+
+
+def _uses(update: Update, n: int) -> float:
+    """How many local steps see each sequence, over the share of the targets its mini-batch holds: FedAvg's
+    pseudo-gradient sums the steps, each an average over its own mini-batch (FedSGD: 1)."""
+    if update.is_fedsgd:
+        return 1.0
+    protocol = update.protocol
+    batch = min(n, protocol.batch_size or n)
+    return protocol.epochs * n / batch
+
+
 def _norms(columns: dict, names: list) -> torch.Tensor:
     return sum((columns[k].reshape(columns[k].shape[0], -1).double() ** 2).sum(1) for k in names)
 
@@ -66,27 +96,24 @@ def read_targets(model: nn.Module, update: Update, ids: torch.Tensor, gradient: 
                  count: Callable[[torch.Tensor, torch.Tensor], int], shortlist: int = SHORTLIST):
     """The targets (N,) after ``ids`` (N, L) read through a frozen head, or ``(None, why not)``.
 
-    ``gradient(ids, labels)`` is the client's FedSGD gradient (the one client update), ``count(ids, labels)`` the
-    number of targets its mean loss divides by.
+    ``gradient(ids, labels)`` is the client's summed gradient over its local steps (the one client update; FedSGD:
+    the gradient), ``count(ids, labels)`` the number of targets its mean loss divides by.
     """
-    if not update.is_fedsgd:
-        return None, ("the output embedding is frozen and the update has several local steps, which are not affine "
-                      "in the targets: the targets after the sequences are not read")
     head = base_of(model).get_output_embeddings() if hasattr(base_of(model), "get_output_embeddings") else None
     pad = getattr(model, "pad_id", None)
     if head is None or getattr(head, "bias", None) is not None or (pad is not None and bool((ids == pad).any())):
         return None, "the targets after the sequences are not observable through this model's frozen head"
     sent = update.pseudo_gradient()
-    names = [k for k in sent if float(sent[k].abs().max()) > 0]  # what the step moved (B = 0 freezes A in round 1)
+    names = [k for k in sent if _above_rounding(update, k, sent[k])]
     if not names:
-        return None, "the update is zero: no target is observable"
+        return None, "the update holds nothing above the float32 rounding of the weights sent: no target is observable"
     weights = head.weight.detach()
     vocab, n = weights.shape[0], ids.shape[0]
     used = set(ids.reshape(-1).tolist())
     dummy = next(v for v in range(vocab) if v not in used and v != pad)
     dummies = torch.full((n,), dummy, dtype=torch.long)
     simulated = gradient(ids, dummies)
-    scale = float(count(ids, dummies))
+    scale = float(count(ids, dummies)) / _uses(update, n)
     params = {k: v.detach() for k, v in update.server_params.items()}
     theta = {k: params[k] for k in names}
     base = {k: v for k, v in params.items() if k not in theta}

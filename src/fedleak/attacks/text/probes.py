@@ -215,13 +215,15 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
             ga, gb = gradient.get(names.get(id(a.weight))), gradient.get(names.get(id(b.weight)))
             if ga is None or gb is None:
                 continue
-            if float(ga.abs().max()) > 0:
-                # B ≠ 0 (round ≥ 2, or a later local step): ∇A = s·BᵀG·Xᵀ, its rows span the inputs X
+            b_sent = params.get(names.get(id(b.weight)), b.weight)
+            if float(ga.abs().max()) > 0 and float(b_sent.abs().max()) > 0:
+                # B ≠ 0 in the weights sent (round ≥ 2): ∇A = s·BᵀG·Xᵀ, its rows span the inputs X
                 # directly, but BᵀG has r rows: at most r directions, the whole span of X only for ≤ r inputs
                 spans.append(Span.from_matrix(ga.T, f"{path}.lora_A", cap=int(ga.shape[0]),
                                               noise=noise.get(names.get(id(a.weight)), 0.0)))
                 spans[-1].mask_rate = _lora_dropout(module)  # PEFT: lora_A(dropout(x)), A's gradient spans x̃
-            else:  # PEFT's first round: only B moves; ∇B = s·G·(AX)ᵀ, its rows span A·x (DAGER §5.3)
+            else:  # PEFT's first round (B = 0 sent): ∇B = s·G·(AX)ᵀ spans A·x (DAGER §5.3); A moves only by the
+                # client's own later local steps, by little more than the float32 rounding of the weights it sends
                 a_weight = params.get(names.get(id(a.weight)), a.weight)
                 spans.append(Span.from_matrix(gb.T, f"{path}.lora_B", transform=a_weight.detach(),
                                               noise=noise.get(names.get(id(b.weight)), 0.0)))
