@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from ..errors import FedleakError
 from ..types.limits import ALGORITHMS
-from .boundary import MAX_CLIENTS, MAX_FLOAT, MAX_RATE, MAX_ROUNDS, MAX_SAMPLES, MAX_SEED, _no_nul, validate
+from .boundary import MAX_CLIENTS, MAX_EPOCHS, MAX_FLOAT, MAX_RATE, MAX_ROUNDS, MAX_SAMPLES, MAX_SEED, _no_nul, validate
 from .experiment import OVERRIDABLE, ExperimentConfig, Setting, Variant
 from .specs import names_tuple
 
@@ -120,7 +120,7 @@ class DataSection(_Strict):
 
 class ProtocolSection(_Strict):
     algorithm: Literal[ALGORITHMS] = None
-    epochs: _count(1, MAX_ROUNDS) = None
+    epochs: _count(1, MAX_EPOCHS) = None
     batch_size: Optional[_count(1, MAX_SAMPLES)] = None
     lr: _RATE = None
     reshuffle: bool = None
@@ -144,7 +144,7 @@ class MetricsSection(_Strict):
 
 
 class RoundsSection(_Strict):
-    epochs: _count(1, MAX_ROUNDS) = None
+    epochs: _count(1, MAX_EPOCHS) = None
     samples_per_round: Optional[_count(1, MAX_SAMPLES)] = None
 
 

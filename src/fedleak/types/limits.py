@@ -18,7 +18,7 @@ MAX_SIDE = 16384  # channels, height or width of one input
 MAX_INPUT_NUMEL = 2 ** 28
 MAX_CLASSES = 1_000_000
 MAX_EPOCHS = 100_000
-MAX_SAMPLES = 1_000_000_000
+MAX_SAMPLES = 1_000_000  # samples of one client, a batch size (the config boundary uses this one too)
 
 
 def _is_int(value: object) -> bool:
