@@ -202,7 +202,8 @@ def text_heldout() -> str:
 def llm_dager() -> str:
     """DAGER on SmolLM2 (``bench_llm.py dager``): one row per results file, per client figures."""
     files = ["llm_dager.json", "llm_dager_4x16.json", "llm_dager_16x32.json"]
-    files += [f for f in ("llm_dager_lora128_round1.json", "llm_dager_lora128_round2.json",
+    files += [f for f in ("llm_dager_lora128_2x16_round1.json", "llm_dager_lora128_2x16_round2.json",
+                          "llm_dager_lora128_4x16_round1.json", "llm_dager_lora128_4x16_round2.json",
                           "llm_minilm_dropout.json", "llm_minilm_dropout_seed1.json", "llm_minilm_dropout_4x16.json",
                           "llm_minilm_dropout_4x16_seed1.json", "llm_minilm_dropout_4x32.json",
                           "llm_minilm_dropout_16x16.json",
