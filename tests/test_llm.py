@@ -165,7 +165,7 @@ def test_dager_under_lora_dropout_grows_a_beam_and_says_dropout_fails_the_proof(
 
 
 # -- membership of candidate documents -------------------------------------------------------------
-def test_membership_alignment_separates_members_on_llama_tiny(lm):
+def test_membership_fit_separates_members_on_llama_tiny(lm):
     """LoRA r 8, dropout 0.075 (FlowerTune's), 2 local steps: members score above non-members."""
     from fedleak.audit.execute.membership import measure
 

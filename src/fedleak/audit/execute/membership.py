@@ -4,8 +4,9 @@ Where exact recovery is impossible (more tokens in a step than the span limit, e
 16 × 512 tokens into rank-32 adapters), a server can still test documents it holds. The audit
 builds the candidates — M documents, half of them placed in the audited client's data, half not —
 runs the client's real update (:func:`fedleak.fl.client.client_update`, dropout on as configured),
-scores every candidate by gradient alignment (:mod:`fedleak.attacks.text.membership`) and reports
-the ROC curve, AUC and TPR at 1 % and 0.1 % FPR (:mod:`fedleak.metrics.membership`).
+scores every candidate by its coefficient in the update fitted on all candidates' gradients
+(:mod:`fedleak.attacks.text.membership`) and reports the ROC curve, AUC and TPR at 1 % and 0.1 % FPR
+(:mod:`fedleak.metrics.membership`).
 
 Candidates are the client's own sequences and sequences of other clients (the default), or the
 user's documents (``--candidates FILE``: one UTF-8 document per non-empty line; the first L tokens
@@ -71,7 +72,7 @@ def build_candidates(client: ClientData, outside: Optional[ClientData], count: i
 def measure(model, client: ClientData, outside: Optional[ClientData], protocol, *, count: int, seed: int,
             docs: Optional[list] = None, spec=None, progress=None) -> dict:
     """The membership entry of metrics.json for one audited client under ``protocol``."""
-    from ...attacks.text.membership import alignment_scores
+    from ...attacks.text.membership import membership_scores
     from ...fl.client import client_update
     from ...metrics.membership import membership_metrics
 
@@ -94,11 +95,14 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
             progress(f"membership: scored {done}/{total} candidate documents")
 
     # the server does not know which candidate labels (next tokens) the client saw: none is used
-    scored = alignment_scores(model, update, ids, None, seed=seed, progress=tick)
+    scored = membership_scores(model, update, ids, None, seed=seed, progress=tick)
     out = membership_metrics(scored["scores"], members.tolist())
     raw = membership_metrics(scored["raw"], members.tolist())
+    cosine = membership_metrics(scored["cosine"], members.tolist())
     out.update({"statistic": scored["statistic"], "candidates": int(ids.shape[0]),
                 "source": "file" if docs is not None else "the client's sequences and other clients'",
+                "cosine": {"auc": cosine["auc"], "tpr_at_1pct_fpr": cosine["tpr_at_1pct_fpr"],
+                           "tpr_at_0.1pct_fpr": cosine["tpr_at_0.1pct_fpr"]},
                 "raw_cosine": {"auc": raw["auc"], "tpr_at_1pct_fpr": raw["tpr_at_1pct_fpr"]},
                 "scores": [float(s) for s in scored["scores"]], "is_member": members.tolist(),
                 "client_seconds": client_seconds, "scoring_seconds": scored["seconds"],
@@ -110,7 +114,8 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
 def sentence(entry: dict) -> str:
     """One paragraph for the report and the printed summary."""
     return (f"Membership of candidate documents: of {entry['candidates']} documents the server holds "
-            f"({entry['members']} in the client's data, {entry['non_members']} not), gradient alignment finds "
+            f"({entry['members']} in the client's data, {entry['non_members']} not), fitting the update on their "
+            f"gradients jointly finds "
             f"{entry['tpr_at_1pct_fpr']:.0%} of the members at 1% false positives and {entry['tpr_at_0.1pct_fpr']:.0%} "
             f"at 0.1% (AUC {entry['auc']:.3f}; with {entry['non_members']} non-members the smallest resolvable FPR "
             f"is {entry['fpr_resolution']:.2%}, so a rate at a lower FPR is the rate with no false positive). "
