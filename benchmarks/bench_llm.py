@@ -169,7 +169,7 @@ def case_flowertune(args) -> dict:
     dager = result["points"][0]["scenarios"]["fedavg"]["attacks"]["dager"]
     return {"preset": result["flowertune"], "training": result["training"],
             "membership": {k: m[k] for k in ("tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr", "auc", "members", "non_members",
-                                             "fpr_resolution", "raw_cosine", "client_seconds", "scoring_seconds",
+                                             "fpr_resolution", "cosine", "raw_cosine", "client_seconds", "scoring_seconds",
                                              "local_steps", "sequences", "trainable_parameters", "statistic")},
             "dager": {"exactness": dager.get("exactness"), "exact_sequences": dager.get("exact_sequences"),
                       "rouge1": dager.get("rouge1"), "seconds": dager.get("seconds")},
@@ -198,7 +198,7 @@ def main() -> None:
     start = time.perf_counter()
     result = {"load": case_load, "dager": case_dager, "flowertune": case_flowertune,
               "minilm-dropout": case_minilm_dropout}[args.case](args)
-    record = {"case": args.case, "environment": env, "load_average_after": list(os.getloadavg()),
+    record = {"case": args.case, "seed": args.seed, "environment": env, "load_average_after": list(os.getloadavg()),
               "seconds": time.perf_counter() - start, **result}
     out = Path(args.out or fresh(f"llm_{args.case}.json"))
     out.write_text(json.dumps(record, indent=1, default=str))

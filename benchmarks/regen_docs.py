@@ -257,9 +257,30 @@ def llm_boundary() -> str:
             f"`docs/llm-boundary-s10.png` (10 steps).\n")
 
 
+def llm_flowertune() -> str:
+    """The FlowerTune preset's membership (``bench_llm.py flowertune``): one row per results file."""
+    rows = ["| shape | seed | candidates (members / non-members) | joint fit: AUC | TPR at 1 % FPR | TPR at 0.1 % FPR | "
+            "centred cosine: AUC | raw cosine: AUC | audit CPU s | load average | file |",
+            "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for name in ("llm_flowertune.json", "llm_flowertune_seed1.json", "llm_flowertune_512.json"):
+        if not (RESULTS / name).is_file():
+            continue
+        d = _load(name)
+        m = d["membership"]
+        cos = m.get("cosine", {}).get("auc")
+        rows.append(f"| {d['preset']['shape']}, LoRA r {d['training']['lora']['rank']}, dropout "
+                    f"{d['training']['lora']['dropout']:g} | {d.get('seed', 0)} | {m['members']} / {m['non_members']} | "
+                    f"{m['auc']:.3f} | {m['tpr_at_1pct_fpr']:.3f} | {m['tpr_at_0.1pct_fpr']:.3f} | "
+                    + (f"{cos:.3f}" if cos is not None else "not recorded") + f" | {m['raw_cosine']['auc']:.3f} | "
+                    f"{d['audit_cpu_seconds']:.0f} | {d['environment']['load_average'][0]:.1f} | "
+                    f"`benchmarks/results/{name}` |")
+    return "\n".join(rows) + ("\n\nWith 32 non-members the smallest resolvable FPR is 1/32: a TPR \"at 1 %\" or "
+                              "\"at 0.1 %\" is the TPR with no false positive.\n")
+
+
 TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
           "gpu-speed": gpu_speed, "text-cases": text_cases, "text-heldout": text_heldout,
-          "llm-dager": llm_dager, "llm-boundary": llm_boundary}
+          "llm-dager": llm_dager, "llm-boundary": llm_boundary, "llm-flowertune": llm_flowertune}
 
 
 def _unbacked_claims(path: Path, text: str) -> list[str]:
