@@ -160,6 +160,8 @@ def case_flowertune(args) -> dict:
                     "seed": args.seed}
         if args.seq_len_override:
             settings["seq_len"] = args.seq_len_override
+        if args.samples:
+            settings["samples"] = args.samples
         start, cpu0 = time.perf_counter(), time.process_time()
         result = fedleak.audit(out=str(out), progress=None, log=None, **settings)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
@@ -191,6 +193,8 @@ def main() -> None:
     parser.add_argument("--lora-dropout", type=float, default=0.0, help="dager: the adapters' dropout")
     parser.add_argument("--candidates", type=int, default=64)
     parser.add_argument("--seq-len-override", type=int, help="flowertune: --seq-len (default: the preset's)")
+    parser.add_argument("--samples", type=int, help="flowertune: the client's sequences (default: batch × 10 steps; "
+                                                    "the embedded corpus holds 104 sequences of 512 SmolLM2 tokens)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="default: a new timestamped llm_<case> file in benchmarks/results/")
     args = parser.parse_args()
