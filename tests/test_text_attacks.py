@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -41,6 +43,15 @@ def test_gap_rank_finds_the_rank_of_a_low_rank_matrix():
     s = torch.linalg.svdvals(m)
     assert gap_rank(s, m.shape)[0] == 5
     assert gap_rank(torch.linalg.svdvals(torch.randn(32, 48, generator=g)), (32, 48))[0] == 32
+
+
+def test_gap_rank_keeps_a_long_spans_tail_below_the_conservative_floor():
+    """A 512-token sequence on SmolLM2 (layer 0's MLP gradient, 3072 × 576): the data's singular values decay
+    smoothly to 8e-8·σ₁ at 512, the float32 rounding sits at 1.5e-8·σ₁. The tail lies below σ₁·max(shape)·ε
+    (3.7e-4·σ₁); clamping there flattened it and put the rank at 496, where DAGER then failed at position 1."""
+    data = torch.logspace(0, math.log10(7.85e-8), 512, dtype=torch.float64)
+    noise = torch.linspace(1.69e-8, 1.2e-8, 576 - 512, dtype=torch.float64)
+    assert gap_rank(torch.cat([data, noise]), (3072, 576))[0] == 512
 
 
 @pytest.mark.parametrize("protocol", [Protocol("fedsgd", lr=0.01), Protocol("fedavg", epochs=2, lr=0.01)],
