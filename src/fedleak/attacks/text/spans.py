@@ -46,10 +46,11 @@ def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] 
         return 0, 1.0
     eps = torch.finfo(torch.float32).eps if eps is None else eps
     floor = max(float(s[0]) * max(shape) * eps, float(noise))
-    # exact zeros are clamped far below any data: σ₁·ε·1e-3, not the floor — a long span's true tail (a 512-token
-    # sequence's 512 inputs on SmolLM2: σ₅₁₂ ≈ 8e-8·σ₁, the rounding level 1.5e-8·σ₁) lies below σ₁·max(shape)·ε,
-    # and clamping there flattened its edge into the noise (rank 496 found, the recovery failed at position 1)
-    values = torch.cat([s, s.new_tensor([floor])]).clamp_min(min(floor, float(s[0]) * eps) * 1e-3)
+    # exact zeros are clamped at σ₁·ε/10, about where float32 rounding itself lies (so a structural zero below the
+    # rounding makes no edge of its own), not at the conservative floor: a long span's true tail (a 512-token
+    # sequence's 512 inputs on SmolLM2: σ₅₁₂ ≈ 8e-8·σ₁, the rounding 1.5e-8·σ₁) lies below σ₁·max(shape)·ε, and
+    # clamping there flattened its edge into the noise (rank 496 found, the recovery failed at position 1)
+    values = torch.cat([s, s.new_tensor([floor])]).clamp_min(min(floor, float(s[0]) * eps) * 0.1)
     ratios = values[:-1] / values[1:]
     low = max(float(s[0]) * math.sqrt(eps), 2.0 * float(noise))
     ratios = torch.where(values[1:] <= low, ratios, torch.zeros_like(ratios))
