@@ -95,6 +95,9 @@ def run_cell(args, batch: int, length: int, rank: int, dropout: str, steps: int 
     else:
         model = fedleak.models.build(str(source), spec, seed=0, lora=rank, lora_targets="peft",
                                      lora_dropout=SHIPPED_LORA_DROPOUT if dropout == "shipped" else 0.0)
+    # gradient accumulation in slices of at most 2048 tokens (the same mean gradient): 16 × 512 in one forward
+    # needs over 20 GB (FlowerTune's preset does the same, audit/plan/flowertune.micro_batch)
+    model.micro_batch = max(1, 2048 // length) if 2048 // length < batch else None
     cpu0, t0 = time.process_time(), time.perf_counter()
     protocol = Protocol("fedsgd", lr=5e-5) if steps == 1 else Protocol("fedavg", epochs=steps, lr=5e-5)
     update = client_update(model, clients[0], protocol, seed=args.seed)

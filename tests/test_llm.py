@@ -53,6 +53,23 @@ def test_dropout_as_shipped_and_off_on_request():
         models.build("minilm", spec, seed=0, dropout="sometimes")
 
 
+def test_gradient_accumulation_is_the_minibatch_gradient(lm):
+    """micro_batch: slices weighted by their share of the counted targets give the whole minibatch's mean-loss
+    gradient (FedSGD and FedAvg), so the FlowerTune shape fits in memory without changing the update."""
+    spec, clients = lm
+    model = models.build("llama-tiny", spec, seed=0, lora=8, lora_targets="peft", lora_warmup=2)
+    client = ClientData(clients[0].inputs.clone(), clients[0].labels.clone(), "c")
+    client.inputs[1, 5:] = model.pad_id  # a padded sequence: fewer targets in its slice
+    for protocol in (Protocol("fedsgd", lr=0.01), Protocol("fedavg", epochs=2, batch_size=8, lr=0.01)):
+        whole = client_update(model, client, protocol, seed=0)
+        model.micro_batch = 3
+        sliced = client_update(model, client, protocol, seed=0)
+        model.micro_batch = None
+        a, b = whole.pseudo_gradient(), sliced.pseudo_gradient()
+        assert all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+        assert any(float(a[k].abs().max()) > 0 for k in a)
+
+
 def test_lora_dropout_is_seeded_by_the_client_update(lm):
     spec, clients = lm
     model = models.build("llama-tiny", spec, seed=0, lora=4, lora_dropout=0.3, lora_targets="peft")

@@ -147,11 +147,12 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     def model_for(plan):
         """The text model at this setting's LoRA rank (built once per rank)."""
         if plan.lora not in text_models:
-            from .plan.flowertune import lora_options
+            from .plan.flowertune import lora_options, micro_batch
 
             built = text_plan.build_model(model_name, spec, seed=cfg.model_seed, lora=plan.lora,
                                            lora_warmup=cfg.lora_warmup, weights=cfg.weights, dropout=cfg.dropout,
                                            lora_dropout=cfg.lora_dropout, **lora_options(cfg))
+            built.micro_batch = micro_batch(cfg)
             text_plan.check_fits(built, pool[0].inputs, model_name)
             text_models[plan.lora] = built.to(device)
         return text_models[plan.lora]

@@ -29,6 +29,8 @@ from dataclasses import replace
 FULL = {"lora": 32, "lora_alpha": 64, "lora_dropout": 0.075, "lora_targets": "peft", "seq_len": 512,
         "batch_size": 16, "local_steps": 10, "lr": 5e-5}
 CPU_SEQ_LEN = 64
+#: tokens per gradient-accumulation slice (see :func:`micro_batch`)
+MICRO_TOKENS = 2048
 MODEL = "smollm2"
 
 
@@ -70,7 +72,21 @@ def apply(cfg, device: str = "cpu"):
         "differences": "local optimizer: plain SGD at round 1's lr (FlowerTune: AdamW, lr 5e-5 → 1e-6 cosine over "
                        "the rounds); round 1 (B = 0) unless --lora-warmup gives a later one",
     }
+    micro = micro_batch(out)
+    if micro:
+        description["gradient_accumulation"] = (f"each step's 16 sequences in slices of {micro} × {out.seq_len} tokens "
+                                                "(the same mean gradient, in the memory of one slice)").replace(
+            "16", str(out.batch_size), 1)
     return out, description
+
+
+def micro_batch(cfg) -> int | None:
+    """Gradient accumulation under the preset: slices of at most :data:`MICRO_TOKENS` tokens (4 × 512), the same
+    mean gradient in the memory one slice needs (16 × 512 tokens in one forward of SmolLM2 took over 20 GB)."""
+    if not cfg.flowertune or cfg.seq_len is None:
+        return None
+    micro = max(1, MICRO_TOKENS // int(cfg.seq_len))
+    return micro if micro < (cfg.batch_size or FULL["batch_size"]) else None
 
 
 def lora_options(cfg) -> dict:

@@ -75,6 +75,8 @@ class HFTextModel(nn.Module):
         self.lora_rank = None if lora_rank is None else int(lora_rank)
         self.lora_config: Optional[dict] = None
         self.name = name
+        #: samples per slice of gradient accumulation (None: the whole minibatch in one forward)
+        self.micro_batch: Optional[int] = None
 
     @property
     def config(self):
@@ -105,6 +107,14 @@ class HFTextModel(nn.Module):
         if mask is None:
             mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
         return self.hf(inputs_embeds=embeds, attention_mask=mask).logits
+
+    def loss_terms(self, inputs: torch.Tensor, labels: torch.Tensor) -> int:
+        """How many terms :meth:`loss_fn` averages over: sequences (classification) or counted next-token targets
+        (gradient accumulation weights each micro-batch by its share, ``fl.local_sgd``)."""
+        ids = as_ids(inputs)
+        if self.task == "classification":
+            return int(ids.shape[0])
+        return int((next_token_targets(ids, labels, self.pad_id) != IGNORE).sum())
 
     def loss_fn(self, output, labels: torch.Tensor) -> torch.Tensor:
         if self.task == "classification":
