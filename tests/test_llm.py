@@ -231,6 +231,7 @@ def test_flowertune_audit_states_the_condition_and_measures_membership(tmp_path)
     result = json.loads((out / "metrics.json").read_text())
     ft = result["flowertune"]
     assert ft["shape"] == "4 × 8 tokens, 2 local steps" and ft["scaled"] is False  # --seq-len given: not scaled
+    assert "gradient_accumulation" not in ft  # 4 × 8 tokens fit one slice
     assert result["training"]["lora"] == {"rank": 4, "alpha": 8.0, "dropout": 0.075, "targets": ["q_proj", "v_proj"]}
     assert "as shipped" in result["training"]["statement"]
     scenario = result["points"][0]["scenarios"]["fedavg"]["attacks"]["dager"]

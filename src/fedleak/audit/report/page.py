@@ -263,7 +263,9 @@ def _setup_text(result: dict) -> str:
     if isinstance(preset, dict):  # --flowertune (audit/plan/flowertune.py): the shape audited and how it was scaled
         lines.append(f"Preset: {preset['preset']}, {preset['full_shape']}; audited: {preset['shape']}."
                      + (f" {preset['scaling'][0].upper()}{preset['scaling'][1:]}." if preset.get("scaling") else "")
-                     + f" Differences: {preset['differences']}.")
+                     + f" Differences: {preset['differences']}."
+                     + (f" Gradient accumulation: {preset['gradient_accumulation']}."
+                        if preset.get("gradient_accumulation") else ""))
     if result.get("quick"):
         lines.append(QUICK_CAVEAT)
     if sweep and any(p.get("epsilon") for p in result["points"]):
