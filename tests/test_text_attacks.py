@@ -45,6 +45,23 @@ def test_gap_rank_finds_the_rank_of_a_low_rank_matrix():
     assert gap_rank(torch.linalg.svdvals(torch.randn(32, 48, generator=g)), (32, 48))[0] == 32
 
 
+def test_a_weak_true_direction_is_kept_by_the_rank_and_the_first_threshold():
+    """SmolLM2 16 × 16: a token seen only at a sequence's last position gives the span a weak direction
+    (σ₁₇₂ = 7e-7·σ₁ after a drop of 107 at 171, then 57 down to the rounding floor); its distance to the span is
+    less precise (2.7e-3, the other true tokens ≤ 1.4e-5, false ones ≥ 0.11). Both edges are the last clear
+    drop, not the largest one (the sequence ending in it was lost before)."""
+    from fedleak.attacks.text.spans import gap_threshold
+
+    data = torch.cat([torch.logspace(0, math.log10(7.64e-5), 171, dtype=torch.float64),
+                      torch.tensor([7.1e-7], dtype=torch.float64),
+                      torch.linspace(1.26e-8, 6e-9, 404, dtype=torch.float64)])
+    assert gap_rank(data, (1728, 576))[0] == 172
+    dist = torch.cat([torch.logspace(-6, math.log10(1.4e-5), 171), torch.tensor([2.75e-3]),
+                      torch.linspace(0.113, 0.9, 5000)])
+    assert 2.75e-3 < gap_threshold(dist, weak=True) < 0.113
+    assert 1.4e-5 < gap_threshold(dist) < 2.75e-3  # the largest gap alone (the other thresholds keep it)
+
+
 def test_gap_rank_keeps_a_long_spans_tail_below_the_conservative_floor():
     """A 512-token sequence on SmolLM2 (layer 0's MLP gradient, 3072 × 576): the data's singular values decay
     smoothly to 8e-8·σ₁ at 512, the float32 rounding sits at 1.5e-8·σ₁. The tail lies below σ₁·max(shape)·ε

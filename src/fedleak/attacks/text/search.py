@@ -66,7 +66,7 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     if not positional:
         dist = dist.expand(-1, length)
     tau = gap_threshold(_lowest(dist if positional else dist[:, :1]), at_least=at_least,
-                        at_most=2 * at_least if at_least else None)
+                        at_most=2 * at_least if at_least else None, weak=not at_least and refine is None)
     cands = []
     for p in range(length):
         col = dist[:, p]

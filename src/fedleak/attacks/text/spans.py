@@ -22,6 +22,9 @@ import torch
 
 #: with a known noise level, the least ratio σ_r/σ_{r+1} that counts as the edge of the data's span
 NOISE_GAP = 4.0
+#: a drop of the singular values at least this steep, after the largest one and still below σ₁·√ε, is where the
+#: span's weakest true directions end (float32 rounding's own values differ by a few percent from one to the next)
+SIGNIFICANT_GAP = 10.0
 #: coordinates a first LoRA round's dropout may have zeroed that the adapter-space test forgives (Span._dropped_distance)
 DROPS = 3
 
@@ -57,17 +60,26 @@ def gap_rank(singular: torch.Tensor, shape: Sequence[int], eps: Optional[float] 
     best = int(torch.argmax(ratios))
     if noise > 0 and float(ratios[best]) < NOISE_GAP:  # a step within the noise is no edge of a span
         return s.numel(), float(ratios[best])
+    # the edge into the rounding floor is the last clear drop, not always the largest: a token seen at one
+    # position only (a sequence's last) gives a weak direction below the others (SmolLM2 16 × 16: σ₁₇₂ = 7e-7·σ₁
+    # after a drop of 107 at 171, then 57 more down to the floor at 1.3e-8), and the largest drop cut it off
+    later = torch.nonzero(ratios[best + 1:] >= SIGNIFICANT_GAP).flatten()
+    if later.numel():
+        best = best + 1 + int(later[-1])
     return best + 1, float(ratios[best])
 
 
 def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = (), at_least: int = 0,
-                  at_most: Optional[int] = None) -> float:
+                  at_most: Optional[int] = None, weak: bool = False) -> float:
     """The threshold at the largest gap of log distances (with optional anchor values from earlier steps).
 
     Returns the geometric mean of the two values around the gap; +inf for fewer than two values.
     ``at_least``: only gaps that leave at least that many values below (under dropout the span's rank, the
     number of distinct inputs, bounds the candidates from below while their distances are spread out);
-    ``at_most``: only gaps that leave at most that many below.
+    ``at_most``: only gaps that leave at most that many below. ``weak``: a later gap at least half as wide
+    (in log) and at least :data:`SIGNIFICANT_GAP` is taken instead — a true input along one of the span's weak
+    directions (a token seen at one position only) is measured less precisely, so its distance sits between
+    the other true ones and the false ones (SmolLM2 16 × 16: 1.4e-5, then 2.7e-3, then 0.11).
     """
     values = torch.cat([distances.detach().double().reshape(-1),
                         torch.tensor(list(anchors), dtype=torch.float64)]).clamp_min(1e-30)
@@ -80,6 +92,11 @@ def gap_threshold(distances: torch.Tensor, anchors: Sequence[float] = (), at_lea
     if at_most is not None and at_most < gaps.numel():
         gaps[max(at_most, at_least, 1):] = -math.inf
     i = int(torch.argmax(gaps))
+    if weak:
+        wide = max(float(gaps[i]) / 2, math.log(SIGNIFICANT_GAP))
+        later = torch.nonzero(gaps[i + 1:] >= wide).flatten()
+        if later.numel():
+            i = i + 1 + int(later[-1])
     return float(((logs[i] + logs[i + 1]) / 2).exp())
 
 
