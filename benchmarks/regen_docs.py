@@ -259,9 +259,9 @@ def llm_boundary() -> str:
 
 def llm_flowertune() -> str:
     """The FlowerTune preset's membership (``bench_llm.py flowertune``): one row per results file."""
-    rows = ["| shape | seed | candidates (members / non-members) | joint fit: AUC | TPR at 1 % FPR | TPR at 0.1 % FPR | "
-            "centred cosine: AUC | raw cosine: AUC | audit CPU s | load average | file |",
-            "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    rows = ["| shape | seed | client's sequences | candidates (members / non-members) | joint fit: AUC | TPR at 1 % FPR | "
+            "TPR at 0.1 % FPR | centred cosine: AUC | raw cosine: AUC | audit CPU s | load average | file |",
+            "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|"]
     for name in ("llm_flowertune.json", "llm_flowertune_seed1.json", "llm_flowertune_512.json"):
         if not (RESULTS / name).is_file():
             continue
@@ -269,7 +269,8 @@ def llm_flowertune() -> str:
         m = d["membership"]
         cos = m.get("cosine", {}).get("auc")
         rows.append(f"| {d['preset']['shape']}, LoRA r {d['training']['lora']['rank']}, dropout "
-                    f"{d['training']['lora']['dropout']:g} | {d.get('seed', 0)} | {m['members']} / {m['non_members']} | "
+                    f"{d['training']['lora']['dropout']:g} | {d.get('seed', 0)} | {m['sequences']} | "
+                    f"{m['members']} / {m['non_members']} | "
                     f"{m['auc']:.3f} | {m['tpr_at_1pct_fpr']:.3f} | {m['tpr_at_0.1pct_fpr']:.3f} | "
                     + (f"{cos:.3f}" if cos is not None else "not recorded") + f" | {m['raw_cosine']['auc']:.3f} | "
                     f"{d['audit_cpu_seconds']:.0f} | {d['environment']['load_average'][0]:.1f} | "
