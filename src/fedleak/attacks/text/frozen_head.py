@@ -30,10 +30,10 @@ from typing import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, jvp, vjp, vmap
+from torch.func import jvp, vjp, vmap
 
 from ...types import Update
-from .probes import base_of
+from .probes import _hook, base_of, run_model
 from .spans import rounding_noise
 
 #: candidates per sequence by the estimated fit, and from the model's own prediction
@@ -53,11 +53,8 @@ def _final_states(model: nn.Module, base: dict, head: nn.Module) -> Callable:
 
     def states(theta: dict, ids: torch.Tensor) -> torch.Tensor:
         store: list = []
-        handle = head.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
-        try:
-            functional_call(model, {**base, **theta}, (ids,), strict=False)
-        finally:
-            handle.remove()
+        with _hook(head, store, stop=False):
+            run_model(model, {**base, **theta}, ids)
         return store[0][:, -1]
 
     return states

@@ -118,16 +118,13 @@ def _labels_after(model, update: Update, ids: torch.Tensor):
     """Causal-LM labels (the target after each sequence) by :func:`recover_final` on the sequence + one token."""
     gradient = update.pseudo_gradient()
     if output_embedding_name(model, gradient) is None:  # frozen head (LoRA): read through the adapters
-        if not hasattr(model, "loss_fn"):
+        if not hasattr(model, "loss_terms"):
             return None, "the output embedding has no gradient in this update, so the targets are not observable"
         rates = model.dropout_rates() if hasattr(model, "dropout_rates") else {}
         if rates and update.protocol.train_mode:  # the recomputation cannot match without the client's masks
             return None, ("the client trained with dropout on: without its masks the update cannot be recomputed, "
                           "so the targets after the sequences are not read through the adapters")
-        from ...models.hf.wrapper import next_token_targets
-
-        return read_targets(model, update, ids, lambda x, y: _gradient(model, update, x, y),
-                            lambda x, y: int((next_token_targets(x, y, model.pad_id) != IGNORE).sum()))
+        return read_targets(model, update, ids, lambda x, y: _gradient(model, update, x, y), model.loss_terms)
     vocab = int(base_of(model).config.vocab_size)
     used = set(ids.reshape(-1).tolist())
     pad = getattr(model, "pad_id", None)
