@@ -8,6 +8,7 @@
 * :func:`simulate` — the client's update for given token ids through the one client update
   (:func:`fedleak.fl.local_training`, the wrapper's own loss), as the server would recompute it.
 * :func:`exactness` — the precondition of exact span recovery, stated, never silently assumed.
+* :func:`positional_ambiguity` — when the first span cannot place a token (additive position embeddings).
 """
 
 from __future__ import annotations
@@ -127,3 +128,27 @@ def first_inputs_fn(model: nn.Module, points: list[dict], module: nn.Module):
         return torch.stack([capture(model, p, ids, module) for p in points])
 
     return run
+
+
+def positional_ambiguity(cands: list[torch.Tensor], rank: int) -> dict | None:
+    """When more (token, position) inputs pass the first span test than the span's rank: the inputs are then
+    linearly dependent, and the test cannot tell a true pairing of a token with a position from a false one.
+
+    A model that adds a learned position embedding to the token's (BERT, GPT-2) feeds its first layer
+    LN(E[v] + P[p]); LayerNorm only centres, rescales each vector and adds one bias, so the span of a batch's
+    inputs has rank (distinct tokens + distinct positions − connected components of the token–position graph + 1)
+    — measured on MiniLM, 4 × 32 without dropout: 82 tokens + 32 positions − 5 components + 1 = 110, the rank the
+    gradient shows, for 121 distinct inputs — and it holds E[v] + P[p] for every token and position of one
+    component: the first test gives the batch's tokens, not their places (72 candidates at every position
+    there). Dropout's masked copies break the additivity (rank 128, 3–4 candidates per position). None when
+    the accepted inputs fit the rank.
+    """
+    accepted = sum(int(c.numel()) for c in cands)
+    if accepted <= rank:
+        return None
+    return {"accepted_inputs": accepted, "first_rank": int(rank),
+            "reason": (f"{accepted} (token, position) inputs pass the first span test, more than its rank {rank}: "
+                       "they are linearly dependent — a token's and a position's embeddings are added before the "
+                       "first layer, so its span holds every pairing of the batch's tokens with their positions — "
+                       "and the first layer gives the batch's tokens, not their places; the order rests on the "
+                       "second layer's test and the search over pairings")}

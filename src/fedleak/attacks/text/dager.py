@@ -28,7 +28,8 @@ from torch import nn
 from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
 from ..progress import counting, loop_progress
-from .common import exactness, first_inputs_fn, param_points, simulate, task_of, text_result, vocab_size
+from .common import (exactness, first_inputs_fn, param_points, positional_ambiguity, simulate, task_of,
+                     text_result, vocab_size)
 from .deep import LayerEvidence
 from .final_token import recover_final
 from .incremental import last_inputs
@@ -128,6 +129,9 @@ class Dager(Attack):
             steps = length - 1 if hidden_final else length
             exact = exactness(n * steps, limit, first, second, gap_found=gap_found)
             extras["exactness"] = exact
+            ambiguous = positional_ambiguity(cands, first.rank) if positional and not masked else None
+            if ambiguous is not None:
+                exact["positional_ambiguity"] = ambiguous
 
             replay = None  # an encoder under first-layer dropout: block 0 gets the recovered masked copies
             if opts.replay_masks and masked and not causal and positional and all(c.numel() for c in cands):
@@ -198,6 +202,8 @@ class Dager(Attack):
                 exact["reason"] += ("; but the update recomputed from the recovered sequences does not match the one "
                                     "sent" + (f" (relative error {check['relative_error']:.1e} ≥ {check['tolerance']:g})"
                                               if check["relative_error"] is not None else f" ({check.get('note')})"))
+            if ambiguous is not None and not check["matches"]:  # why the order was not found
+                exact["reason"] += "; " + ambiguous["reason"]
             if exact["holds"] and not check["matches"] and check.get("note"):  # e.g. LoRA: the targets are unread
                 exact["reason"] += f" ({check['note']})"
             if dropout and exact["holds"] and not check["matches"]:
