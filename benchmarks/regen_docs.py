@@ -206,6 +206,7 @@ def llm_dager() -> str:
                           "llm_dager_lora128_4x16_round1.json", "llm_dager_lora128_4x16_round2.json",
                           "llm_minilm_dropout.json", "llm_minilm_dropout_seed1.json", "llm_minilm_dropout_4x16.json",
                           "llm_minilm_dropout_4x16_seed1.json", "llm_minilm_dropout_4x32.json",
+                          "llm_minilm_dropout_4x32_seed1.json",
                           "llm_minilm_dropout_16x16.json",
                           "llm_dager_lora32_dropout.json", "llm_dager_lora32_dropout_seed1.json",
                           "llm_minilm_4x32.json")

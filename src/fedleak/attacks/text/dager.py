@@ -34,11 +34,15 @@ from .deep import LayerEvidence
 from .final_token import recover_final
 from .incremental import last_inputs
 from .masks import RecoveredMasks
-from .partition import fits_partition, search_partition
+from .partition import fits_partition, repair, search_partition
 from .probes import capture, is_causal, mark_masked_inputs, model_type, probes
 from .spans import effective_width, rounding_noise
 from .search import grow_causal, outside_level, search_encoder, split, token_candidates
 from .verify import verify as verify_update
+
+
+#: tokens beyond the first test's candidates a slot tries where a position holds fewer than N (:func:`.repair`)
+REPAIR_WIDTH = 64
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,14 @@ class Dager(Attack):
                     second_distance, cands, n, sweeps=opts.sweeps, restarts=opts.restarts, generator=gen,
                     chunk=opts.chunk, advance=advance,
                     stop=lambda d: bool((d.max(1).values <= split(d.max(1).values, outside, [])).all()))
+                if masked:  # a true input the masked-copy test missed: the next closest tokens, and the batch's
+                    # tokens (a token repeated along a sequence has masked copies at many positions, between which
+                    # the test can settle), where one may be
+                    bag = torch.unique(torch.cat(cands))
+                    ids, info["repaired"] = repair(second_distance, ids, cands, [
+                        torch.cat([first_dist[:, p].topk(REPAIR_WIDTH + c.numel(), largest=False).indices, bag])
+                        for p, c in enumerate(cands)])
+                    dist = second_distance(ids)
                 info["threshold"] = split(dist.max(1).values, outside, [])
             else:
                 ids, dist, info = search_encoder(second_distance, cands, n, outside, sweeps=opts.sweeps,

@@ -9,6 +9,11 @@ tokens are assigned to the N slots at once by an optimal assignment (Hungarian a
 every token used at least once; restarted from seeded random assignments, the best total kept. Under dropout
 the second span's test is statistical (its inputs mix masks the server cannot replay), the summed log
 distance still ranks the true partition first on the cases measured (``benchmarks/bench_llm.py``).
+
+:func:`repair` — where a position holds fewer candidates than sequences, either sequences share a token there
+or the first test missed one (under dropout the masked-copy test can stay stuck on a true input: 1 of 128 on
+MiniLM 4 × 32). Each slot then tries the position's next closest tokens of the first test and keeps one only
+if the summed log distance of its sequence falls.
 """
 
 from __future__ import annotations
@@ -90,3 +95,25 @@ def _assign(cost: torch.Tensor) -> torch.Tensor:
     for r, col in zip(rows.tolist(), cols.tolist()):
         out[r] = col if col < c else int(free.indices[r])
     return out
+
+
+def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wider: list[torch.Tensor]
+           ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """At each position p with fewer candidates than sequences, every slot tries the tokens of ``wider[p]``
+    (the first test's next closest, not among ``cands[p]``) in place of its own and keeps the best one if its
+    sequence's summed log distance falls. Returns (sequences, (slot, position) pairs changed)."""
+    n = seqs.shape[0]
+    seqs, changed = seqs.clone(), []
+    for p, c in enumerate(cands):
+        extra = torch.unique(wider[p][~torch.isin(wider[p], c)])
+        if c.numel() >= n or extra.numel() == 0:
+            continue
+        for i in range(n):
+            trial = seqs[i].repeat(extra.numel() + 1, 1)
+            trial[1:, p] = extra
+            cost = second(trial).double().clamp_min(1e-30).log().sum(1)
+            best = int(cost.argmin())
+            if best > 0:
+                seqs[i, p] = extra[best - 1]
+                changed.append((i, p))
+    return seqs, changed
