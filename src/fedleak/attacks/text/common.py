@@ -9,6 +9,7 @@
   (:func:`fedleak.fl.local_training`, the wrapper's own loss), as the server would recompute it.
 * :func:`exactness` — the precondition of exact span recovery, stated, never silently assumed.
 * :func:`positional_ambiguity` — when the first span cannot place a token (additive position embeddings).
+* :func:`framing_tokens` — the special tokens a tokenizer puts around every sequence.
 """
 
 from __future__ import annotations
@@ -152,3 +153,21 @@ def positional_ambiguity(cands: list[torch.Tensor], rank: int) -> dict | None:
                        "first layer, so its span holds every pairing of the batch's tokens with their positions — "
                        "and the first layer gives the batch's tokens, not their places; the order rests on the "
                        "second layer's test and the search over pairings")}
+
+
+def framing_tokens(model: nn.Module, length: int) -> dict[int, int]:
+    """Position -> token of the special tokens the model's tokenizer puts around every sequence that fills
+    ``length`` (BERT: [CLS] at 0, [SEP] at length − 1); empty without a tokenizer. The server's own input format,
+    not the client's data: an encoder's position whose masked copies no candidate fits (several sequences share
+    its token) takes it before the closest token, which can be a neighbour's (MiniLM 4 × 32, seed 1:
+    a sequence's "optional" at position 30 stood in at 31 for the four shared [SEP])."""
+    from ...data.tokenizers import special_ids
+
+    tokenizer = getattr(model, "tokenizer", None)
+    try:
+        lead, trail = special_ids(tokenizer) if tokenizer is not None else ((), ())
+    except (AttributeError, TypeError):  # not a tokenizers.Tokenizer
+        return {}
+    out = {p: int(t) for p, t in enumerate(lead) if p < length}
+    out.update({length - len(trail) + k: int(t) for k, t in enumerate(trail) if length - len(trail) + k >= 0})
+    return out

@@ -28,8 +28,8 @@ from torch import nn
 from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, register
 from ..progress import counting, loop_progress
-from .common import (exactness, first_inputs_fn, param_points, positional_ambiguity, simulate, task_of,
-                     text_result, vocab_size)
+from .common import (exactness, first_inputs_fn, framing_tokens, param_points, positional_ambiguity, simulate,
+                     task_of, text_result, vocab_size)
 from .deep import LayerEvidence
 from .final_token import recover_final
 from .incremental import last_inputs
@@ -125,8 +125,11 @@ class Dager(Attack):
                 shortlist=max(64, first.rank, 4 * n * (1 if positional else length)))
             extras["first_threshold"] = tau1
             if masked and not causal:  # an encoder's position always holds a token: where several sequences share
-                # one (a final [SEP]), their masked copies can hold the fit between them; the closest stands in
-                cands = [c if c.numel() else first_dist[:, p].argmin().view(1) for p, c in enumerate(cands)]
+                # one (a final [SEP]), their masked copies can hold the fit between them; the tokenizer's framing
+                # token there, else the closest, stands in
+                frame = framing_tokens(model, length)
+                cands = [c if c.numel() else torch.tensor([frame[p]]) if p in frame else
+                         first_dist[:, p].argmin().view(1) for p, c in enumerate(cands)]
             extras["candidates_per_position"] = [int(c.numel()) for c in cands]
             # under next-token loss with no target after the sequence, the final position has no gradient at all
             hidden_final = causal and task == "causal-lm" and cands[-1].numel() == 0

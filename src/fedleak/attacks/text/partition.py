@@ -13,7 +13,7 @@ distance still ranks the true partition first on the cases measured (``benchmark
 :func:`repair` — where a position holds fewer candidates than sequences, either sequences share a token there
 or the first test missed one (under dropout the masked-copy test can stay stuck on a true input: 1 of 128 on
 MiniLM 4 × 32). Each slot then tries the position's next closest tokens of the first test and keeps one only
-if the summed log distance of its sequence falls.
+if the summed log distance of its sequence falls, then swaps of adjacent tokens around such positions.
 """
 
 from __future__ import annotations
@@ -116,4 +116,19 @@ def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wid
             if best > 0:
                 seqs[i, p] = extra[best - 1]
                 changed.append((i, p))
+    # a token taken from its neighbour's place ("mode '" for "' mode" where one of them was missed): each slot
+    # tries swapping the tokens of two adjacent positions, one of them short of candidates, while one improves
+    short = [p for p, c in enumerate(cands) if c.numel() < n]
+    pairs = sorted({(q, q + 1) for p in short for q in (p - 1, p) if 0 <= q < len(cands) - 1})
+    for i in range(n):
+        for _ in range(len(pairs)):
+            trial = seqs[i].repeat(len(pairs) + 1, 1)
+            for k, (a, b) in enumerate(pairs, start=1):
+                trial[k, a], trial[k, b] = seqs[i, b], seqs[i, a]
+            cost = second(trial).double().clamp_min(1e-30).log().sum(1)
+            best = int(cost.argmin())
+            if best == 0:
+                break
+            seqs[i] = trial[best]
+            changed += [(i, pairs[best - 1][0]), (i, pairs[best - 1][1])]
     return seqs, changed
