@@ -97,38 +97,45 @@ def _assign(cost: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wider: list[torch.Tensor]
-           ) -> tuple[torch.Tensor, list[tuple[int, int]]]:
-    """At each position p with fewer candidates than sequences, every slot tries the tokens of ``wider[p]``
-    (the first test's next closest, not among ``cands[p]``) in place of its own and keeps the best one if its
-    sequence's summed log distance falls. Returns (sequences, (slot, position) pairs changed)."""
+def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wider: list[torch.Tensor],
+           rounds: int = 3) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """At each position p with fewer candidates than sequences, every slot tries the tokens of ``cands[p]`` and
+    ``wider[p]`` (the first test's next closest) in place of its own and keeps the best one if its sequence's
+    summed log distance falls (and at the positions a swap touched); then adjacent swaps around such positions.
+    Repeated while a round changes
+    something, at most ``rounds`` times (a slot's best token can change once its neighbours are mended).
+    Returns (sequences, (slot, position) pairs changed)."""
     n = seqs.shape[0]
     seqs, changed = seqs.clone(), []
-    for p, c in enumerate(cands):
-        extra = torch.unique(wider[p][~torch.isin(wider[p], c)])
-        if c.numel() >= n or extra.numel() == 0:
-            continue
-        for i in range(n):
-            trial = seqs[i].repeat(extra.numel() + 1, 1)
-            trial[1:, p] = extra
-            cost = second(trial).double().clamp_min(1e-30).log().sum(1)
-            best = int(cost.argmin())
-            if best > 0:
-                seqs[i, p] = extra[best - 1]
-                changed.append((i, p))
-    # a token taken from its neighbour's place ("mode '" for "' mode" where one of them was missed): each slot
-    # tries swapping the tokens of two adjacent positions, one of them short of candidates, while one improves
     short = [p for p, c in enumerate(cands) if c.numel() < n]
+    # a token taken from its neighbour's place ("mode '" for "' mode" where one of them was missed)
     pairs = sorted({(q, q + 1) for p in short for q in (p - 1, p) if 0 <= q < len(cands) - 1})
-    for i in range(n):
-        for _ in range(len(pairs)):
-            trial = seqs[i].repeat(len(pairs) + 1, 1)
-            for k, (a, b) in enumerate(pairs, start=1):
-                trial[k, a], trial[k, b] = seqs[i, b], seqs[i, a]
-            cost = second(trial).double().clamp_min(1e-30).log().sum(1)
-            best = int(cost.argmin())
-            if best == 0:
-                break
-            seqs[i] = trial[best]
-            changed += [(i, pairs[best - 1][0]), (i, pairs[best - 1][1])]
+
+    def cost(trial):
+        return second(trial).double().clamp_min(1e-30).log().sum(1)
+
+    for _ in range(rounds):
+        moved = False
+        for p in sorted(set(short) | {q for _, q in changed}):  # and where a swap moved a token
+            options = torch.unique(torch.cat([cands[p], wider[p]]))
+            for i in range(n):
+                others = options[options != seqs[i, p]]
+                trial = seqs[i].repeat(others.numel() + 1, 1)
+                trial[1:, p] = others
+                best = int(cost(trial).argmin())
+                if best > 0:
+                    seqs[i, p], moved = others[best - 1], True
+                    changed.append((i, p))
+        for i in range(n):
+            for _ in range(len(pairs)):
+                trial = seqs[i].repeat(len(pairs) + 1, 1)
+                for k, (a, b) in enumerate(pairs, start=1):
+                    trial[k, a], trial[k, b] = seqs[i, b], seqs[i, a]
+                best = int(cost(trial).argmin())
+                if best == 0:
+                    break
+                seqs[i], moved = trial[best], True
+                changed += [(i, pairs[best - 1][0]), (i, pairs[best - 1][1])]
+        if not moved:
+            break
     return seqs, changed
