@@ -8,7 +8,8 @@ classification task) and read through the user's path (``fedleak.data.load("text
 over ``--batches`` batches (one client each), and reports the share over batches:
 
 * ``minilm-4x16-dager`` / ``minilm-4x16-tiger`` — the pretrained MiniLM encoder, sequence classification, FedSGD;
-* ``gpt2tiny-fedavg10-dager`` — gpt2-tiny, next-token loss, FedAvg 10 full-batch local steps at lr 1e-2 (as `text_fedavg.json`).
+* ``gpt2tiny-fedavg10-dager`` — gpt2-tiny, next-token loss, FedAvg 10 full-batch local steps at lr 1e-2 (as `text_fedavg.json`);
+* ``minilm-4x32-dropout-dager`` — MiniLM with the dropout it ships (0.1) acting in the client's step, 4 × 32 tokens.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_text_heldout.py [--batches 4] --out benchmarks/results/text_heldout.json
 
@@ -41,6 +42,9 @@ CASES = {
                               protocol=dict(algorithm="fedsgd", lr=0.01)),
     "gpt2tiny-fedavg10-dager": dict(model="gpt2-tiny", task="causal-lm", attack="dager",
                                     protocol=dict(algorithm="fedavg", epochs=10, batch_size=None, lr=0.01)),
+    # issue 28's encoder target on held-out text: MiniLM as shipped (dropout 0.1 acting), 4 x 32, FedSGD lr 1e-4
+    "minilm-4x32-dropout-dager": dict(model="minilm", task="classification", attack="dager", dropout="shipped",
+                                      batch=4, seq_len=32, protocol=dict(algorithm="fedsgd", lr=1e-4)),
 }
 
 
@@ -57,9 +61,10 @@ def write_corpus(folder: Path) -> dict:
 
 
 def run_case(spec_case: dict, root: Path, batches: int) -> dict:
-    spec, clients = data.load("text", root=str(root), num_clients=batches, samples_per_client=4, seq_len=16,
+    batch, seq_len = spec_case.get("batch", 4), spec_case.get("seq_len", 16)
+    spec, clients = data.load("text", root=str(root), num_clients=batches, samples_per_client=batch, seq_len=seq_len,
                               task=spec_case["task"], partition="iid", seed=0)
-    model = models.build(spec_case["model"], spec, seed=0, dropout="off")
+    model = models.build(spec_case["model"], spec, seed=0, dropout=spec_case.get("dropout", "off"))
     p = spec_case["protocol"]
     protocol = Protocol(p["algorithm"], p.get("epochs", 1), p.get("batch_size"), p["lr"])
     rows = []
@@ -75,8 +80,9 @@ def run_case(spec_case: dict, root: Path, batches: int) -> dict:
                      "wall_seconds": round(wall, 2)})
         print(json.dumps(rows[-1]), flush=True)
     n = len(rows)
-    return {**spec_case, "batch": 4, "seq_len": 16, "batches": n, "per_batch": rows,
-            "sequences_whole": round(sum(r["exact_share"] * 4 for r in rows)), "sequences": 4 * n,
+    return {**spec_case, "batch": batch, "seq_len": seq_len, "batches": n, "per_batch": rows,
+            "dropout": spec_case.get("dropout", "off"),
+            "sequences_whole": round(sum(r["exact_share"] * batch for r in rows)), "sequences": batch * n,
             "certain_batches": sum(r["certain"] for r in rows),
             "rouge1_mean": sum(r["rouge1"] for r in rows) / n,
             "cpu_seconds_mean": sum(r["cpu_seconds"] for r in rows) / n,

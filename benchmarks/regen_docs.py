@@ -177,23 +177,23 @@ def text_cases() -> str:
 def text_heldout() -> str:
     """The text attacks' documented cases over several batches of a held-out corpus (``bench_text_heldout.py``)."""
     data = _load("text_heldout.json")
-    head = ("| case | batches | sequences whole | batches proved (recomputed update) | ROUGE-1 (mean) | "
-            "per batch: exact share | CPU s (mean) | load |\n|---|--:|--:|--:|--:|---|--:|--:|\n")
+    head = ("| case | N × L, dropout | batches | sequences whole | batches proved (recomputed update) | ROUGE-1 (mean) | "
+            "per batch: exact share | CPU s (mean) | load |\n|---|---|--:|--:|--:|--:|---|--:|--:|\n")
     rows = []
     for name, c in data["cases"].items():
         per = c.get("per_batch", [])
         if not per:
-            rows.append(f"| {name} | 0 of {c.get('batches')} | not run yet | | | | | |")
+            rows.append(f"| {name} | | 0 of {c.get('batches')} | not run yet | | | | | |")
             continue
         shares = ", ".join(f"{b['exact_share']:.2f}" for b in per)
         load = (c.get("load_average") or [None])[0]
-        rows.append(f"| {name} | {len(per)} of {c['batches']} | {c.get('sequences_whole')} of {c.get('sequences')} | "
+        rows.append(f"| {name} | {c.get('batch')} × {c.get('seq_len')}, {c.get('dropout', 'off')} | "
+                    f"{len(per)} of {c['batches']} | {c.get('sequences_whole')} of {c.get('sequences')} | "
                     f"{c.get('certain_batches')} of {len(per)} | {_fmt(c.get('rouge1_mean'), 2)} | {shares} | "
                     f"{_fmt(c.get('cpu_seconds_mean'))} | {_fmt(load)} |")
     corpus = data.get("corpus", {})
     foot = (f"\n\nCorpus: {corpus.get('source')}, {corpus.get('topics')} topics, {corpus.get('characters'):,} characters, "
-            f"batch {_fmt(next(iter(data['cases'].values())).get('batch'))} x "
-            f"{_fmt(next(iter(data['cases'].values())).get('seq_len'))} tokens, one client per batch; "
+            "one client per batch; "
             f"threads {data.get('threads')}, {data.get('device')}, torch {data.get('torch')} "
             "(`benchmarks/results/text_heldout.json`).\n")
     return head + "\n".join(rows) + foot
