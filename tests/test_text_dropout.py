@@ -67,6 +67,29 @@ def test_partition_search_keeps_slots_apart():
     assert info["search"] == "partition"
 
 
+def test_repair_restores_a_missed_token_and_a_swapped_pair():
+    """The first test missed token 8 at position 2 (one candidate where two sequences differ); elsewhere the search
+    left two tokens swapped. On a score where a position is closer the more of its sequence is true (the second
+    span's input carries the context), the repair takes 8 from the wider list and swaps the pair back."""
+    from fedleak.attacks.text.partition import repair
+
+    truth = torch.tensor([[1, 3, 7, 4], [1, 6, 8, 9]])
+
+    def second(ids):
+        match = torch.stack([(ids == t).float() for t in truth])  # (rows, B, T)
+        near = (match * match.mean(2, keepdim=True)).amax(0)  # a true token, weighted by its row's agreement
+        return 0.1 - 0.09 * near
+
+    cands = [torch.tensor([1]), torch.tensor([3, 6]), torch.tensor([7]), torch.tensor([4, 9])]
+    wider = [torch.tensor([2, 5]), torch.tensor([2, 5]), torch.tensor([8, 2]), torch.tensor([2, 5])]
+    missed = torch.tensor([[1, 3, 7, 4], [1, 6, 7, 9]])
+    fixed, changed = repair(second, missed, cands, wider)
+    assert torch.equal(fixed, truth) and changed == [(1, 2)]
+    swapped = torch.tensor([[1, 7, 3, 4], [1, 6, 8, 9]])
+    fixed, changed = repair(second, swapped, cands, wider)
+    assert torch.equal(fixed, truth) and (0, 1) in changed and (0, 2) in changed
+
+
 def test_dager_recovers_minilm_under_its_shipped_dropout():
     """MiniLM as shipped (hidden and attention dropout 0.1) in train mode, FedSGD 2 × 16: the first layer's inputs
     are masked copies (measured, rate 0.1), the masked-copy test finds every (token, position), the partition

@@ -101,7 +101,7 @@ def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wid
            rounds: int = 3) -> tuple[torch.Tensor, list[tuple[int, int]]]:
     """At each position p with fewer candidates than sequences, every slot tries the tokens of ``cands[p]`` and
     ``wider[p]`` (the first test's next closest) in place of its own and keeps the best one if its sequence's
-    summed log distance falls (and at the positions a swap touched); then adjacent swaps around such positions.
+    summed log distance falls (and at the positions a swap touched), after adjacent swaps around such positions.
     Repeated while a round changes
     something, at most ``rounds`` times (a slot's best token can change once its neighbours are mended).
     Returns (sequences, (slot, position) pairs changed)."""
@@ -116,6 +116,16 @@ def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wid
 
     for _ in range(rounds):
         moved = False
+        for i in range(n):  # swaps first: a swapped pair is not read as two single errors
+            for _ in range(len(pairs)):
+                trial = seqs[i].repeat(len(pairs) + 1, 1)
+                for k, (a, b) in enumerate(pairs, start=1):
+                    trial[k, a], trial[k, b] = seqs[i, b], seqs[i, a]
+                best = int(cost(trial).argmin())
+                if best == 0:
+                    break
+                seqs[i], moved = trial[best], True
+                changed += [(i, pairs[best - 1][0]), (i, pairs[best - 1][1])]
         for p in sorted(set(short) | {q for _, q in changed}):  # and where a swap moved a token
             options = torch.unique(torch.cat([cands[p], wider[p]]))
             for i in range(n):
@@ -126,16 +136,6 @@ def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wid
                 if best > 0:
                     seqs[i, p], moved = others[best - 1], True
                     changed.append((i, p))
-        for i in range(n):
-            for _ in range(len(pairs)):
-                trial = seqs[i].repeat(len(pairs) + 1, 1)
-                for k, (a, b) in enumerate(pairs, start=1):
-                    trial[k, a], trial[k, b] = seqs[i, b], seqs[i, a]
-                best = int(cost(trial).argmin())
-                if best == 0:
-                    break
-                seqs[i], moved = trial[best], True
-                changed += [(i, pairs[best - 1][0]), (i, pairs[best - 1][1])]
         if not moved:
             break
     return seqs, changed
