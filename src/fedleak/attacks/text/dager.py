@@ -106,8 +106,11 @@ class Dager(Attack):
             probe_ids = torch.randint(vocab_size(model), (2, length), generator=gen)
             extras["first_masked_rate"] = mark_masked_inputs(model, update.server_params, first, probe_ids)
 
+        pooled = bool(dropout) and opts.dropout_beam and bool(first.query_spans)  # statistical: all evidence
+
         def first_distance(x):  # (K, B, T, d) -> (B, T): closest θ point
-            return first.distance(x, fast=True).min(0).values.cpu()
+            d = first.pooled_distance(x, fast=True) if pooled else first.distance(x, fast=True)
+            return d.min(0).values.cpu()
 
         def first_masked(ids):  # shortlisted tokens: the masked-copy test, closest θ point
             return torch.stack([first.masked_distance(x) for x in first_inputs(ids)]).min(0).values.cpu()

@@ -93,6 +93,9 @@ class Probe:
     modules: tuple[nn.Module, ...]
     names: tuple[str, ...]
     spans: list[Span]
+    #: a causal model's query-adapter spans, left out of the exact test (position 0's query has no gradient) but
+    #: evidence for every other position's token (:meth:`pooled_distance`)
+    query_spans: tuple[Span, ...] = ()
 
     @property
     def rank(self) -> int:
@@ -112,6 +115,16 @@ class Probe:
             d = span.distance(x, fast)
             out = d if out is None else torch.maximum(out, d)
         return out
+
+    def pooled_distance(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
+        """The geometric mean of the distances over every span, the query spans included: under dropout the tests
+        are statistical and each adapter masks its input independently, so their evidence adds up where the
+        largest distance would reject a token one mask moved (measured on SmolLM2 LoRA r 32, dropout 0.075,
+        1 × 16, four held-out clients: the true tokens' worst rank in the vocabulary went from 2785, 39684, 96
+        and 21170 to 12, 25, 14 and 64 with both of block 0's adapters)."""
+        spans = list(self.spans) + list(self.query_spans)
+        logs = [span.distance(x, fast).clamp_min(1e-30).log() for span in spans]
+        return torch.stack(logs).mean(0).exp()
 
     @property
     def masked(self) -> bool:
@@ -242,11 +255,13 @@ def build_probe(model: nn.Module, paths: tuple[str, ...], gradient: dict, params
         used.append(path)
     if not modules:
         return None
+    held: tuple[Span, ...] = ()
     if queries and len(queries) < len(spans):  # position 0's query has no gradient (see above)
+        held = tuple(queries)
         spans = [sp for sp in spans if all(sp is not q for q in queries)]
     if dense:
         spans.insert(0, Span.from_matrix(torch.cat(dense, dim=1), "+".join(used), noise=dense_noise))
-    return Probe(tuple(modules), tuple(used), spans)
+    return Probe(tuple(modules), tuple(used), spans, held)
 
 
 def probes(model: nn.Module, gradient: dict, params: dict, noise: Optional[dict] = None) -> tuple[Probe, Probe]:
