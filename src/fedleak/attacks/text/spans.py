@@ -233,8 +233,7 @@ def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 
     D, which the flips' own starts miss when a token's masked copies are several or its drop count is high), then
     from ``restarts`` seeded random drop sets of rate p. Measured on the 128 true inputs of one MiniLM 4 × 32
     batch (``tests/test_text_dropout.py``): 127 found with the pursuit and 4 restarts, 124 with 16 restarts and
-    no pursuit, 120 with 4; with the shortlist no longer cutting true tokens, DAGER's exact sequences on that
-    client went from 0 to 3 of 4 at 47 CPU-s (61 before). |D| never
+    no pursuit, 120 with 4 (:func:`~.partition.repair` recovers what the test still misses). |D| never
     exceeds p·d + ``slack``·√(d·p(1−p)) (a wrong token with every coordinate free could be zeroed into the span).
     """
     u = basis.double()
@@ -254,7 +253,6 @@ def masked_fit(x: torch.Tensor, basis: torch.Tensor, rate: float, sweeps: int = 
     if pursuit:
         stuck = residual > floor
         if bool(stuck.any()):
-            steps = int(rate * d + 2 * math.sqrt(d * rate * (1 - rate))) + 1  # the drop count's 2σ upper end
             res, dr = _flip(x[stuck], u, _pursuit(x[stuck], u, bound), bound)
             better = res < residual[stuck]
             idx = stuck.nonzero(as_tuple=True)
