@@ -90,25 +90,32 @@ def test_repair_restores_a_missed_token_and_a_swapped_pair():
     assert torch.equal(fixed, truth) and (0, 1) in changed and (0, 2) in changed
 
 
+def _minilm_dager_shipped_dropout(batch: int, seq_len: int):
+    """MiniLM as shipped (dropout 0.1 acting), FedSGD lr 1e-4, seed 0: (reconstruction, client, spec, model)."""
+    from fedleak import data, models
+    from fedleak.attacks import build
+    from fedleak.fl.client import client_update
+    from fedleak.types import Protocol
+
+    spec, clients = data.load("text", num_clients=1, samples_per_client=batch, seq_len=seq_len,
+                              task="classification", seed=0)
+    model = models.build("minilm", spec, seed=0, dropout="shipped")
+    update = client_update(model, clients[0], Protocol("fedsgd", lr=1e-4), seed=0)
+    return build("dager").reconstruct(update, model, spec), clients[0], spec, model
+
+
 def test_dager_recovers_minilm_under_its_shipped_dropout():
     """MiniLM as shipped (hidden and attention dropout 0.1) in train mode, FedSGD 2 × 16: the first layer's inputs
     are masked copies (measured, rate 0.1), the masked-copy test finds every (token, position), the partition
     search orders them. Measured on this seed: both sequences exact (benchmarks: 8 of 8 clients exact); the bar
     is ROUGE-1 0.9. The masks of the later layers cannot be replayed: never proved."""
     pytest.importorskip("transformers")
-    from fedleak import data, metrics, models
-    from fedleak.attacks import build
-    from fedleak.fl.client import client_update
-    from fedleak.types import Protocol
+    from fedleak import metrics
 
-    spec, clients = data.load("text", num_clients=1, samples_per_client=2, seq_len=16, task="classification",
-                              seed=0)
-    model = models.build("minilm", spec, seed=0, dropout="shipped")
-    update = client_update(model, clients[0], Protocol("fedsgd", lr=1e-4), seed=0)
-    rec = build("dager").reconstruct(update, model, spec)
+    rec, client, spec, model = _minilm_dager_shipped_dropout(2, 16)
     assert abs(rec.extras["first_masked_rate"] - 0.1) < 1e-4
     assert rec.extras["search"]["search"] == "partition"
-    scores = metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)
+    scores = metrics.evaluate(rec, client, spec, tokenizer=model.tokenizer)
     assert scores["rouge1"] >= 0.9
     exact = rec.extras["exactness"]
     assert not rec.extras["certain"] and "masked-copy test matched" in exact["reason"]
@@ -235,16 +242,9 @@ def test_dager_recovers_minilm_4x32_under_its_shipped_dropout():
     masked-copy test with its pursuit start, the partition search and the repair: measured on this seed all four
     sequences exact (benchmarks: 32 of 32 over 8 clients, 47–59 CPU-s each); the bar leaves one sequence."""
     pytest.importorskip("transformers")
-    from fedleak import data, metrics, models
-    from fedleak.attacks import build
-    from fedleak.fl.client import client_update
-    from fedleak.types import Protocol
+    from fedleak import metrics
 
-    spec, clients = data.load("text", num_clients=1, samples_per_client=4, seq_len=32, task="classification",
-                              seed=0)
-    model = models.build("minilm", spec, seed=0, dropout="shipped")
-    update = client_update(model, clients[0], Protocol("fedsgd", lr=1e-4), seed=0)
-    rec = build("dager").reconstruct(update, model, spec)
-    scores = metrics.evaluate(rec, clients[0], spec, tokenizer=model.tokenizer)
+    rec, client, spec, model = _minilm_dager_shipped_dropout(4, 32)
+    scores = metrics.evaluate(rec, client, spec, tokenizer=model.tokenizer)
     assert scores["exact_sequences"] >= 0.75 and scores["token_accuracy"] >= 0.98
     assert not rec.extras["certain"]  # the masks inside block 0 cannot be replayed: never proved

@@ -92,12 +92,14 @@ def text_scores(recovered, truth, *, pad_id: Optional[int] = None, tokenizer=Non
             exact += int(same[i, j] == per_valid[i])
     from ..data.tokenizers import decode
 
-    def _kept(ids: torch.Tensor) -> list[int]:
+    def kept(ids: torch.Tensor) -> list[int]:
         return [int(t) for t in ids.tolist() if t != _NO_TOKEN and (pad_id is None or t != pad_id)]
 
+    def id_words(ids: torch.Tensor) -> str:  # the token ids as words (no tokenizer, or no word in the text)
+        return " ".join(map(str, kept(ids)))
+
     def words(ids: torch.Tensor) -> str:
-        kept = _kept(ids)
-        return decode(tokenizer, kept) if tokenizer is not None else " ".join(map(str, kept))
+        return decode(tokenizer, kept(ids)) if tokenizer is not None else id_words(ids)
 
     scorer = _scorer(tokenizer is not None)
     by_ids, on_ids = (_scorer(False) if tokenizer is not None else None), 0
@@ -116,8 +118,7 @@ def text_scores(recovered, truth, *, pad_id: Optional[int] = None, tokenizer=Non
                 rouge[key].append(1.0)
             continue
         if by_ids is not None and not text_words(reference):  # no word to score: the token ids
-            reference, candidate, on_ids = " ".join(map(str, _kept(true[i]))), " ".join(map(str, _kept(rec[j]))), on_ids + 1
-            scores = by_ids.score(reference, candidate)
+            scores, on_ids = by_ids.score(id_words(true[i]), id_words(rec[j])), on_ids + 1
         else:
             scores = scorer.score(reference, candidate)
         for key in ROUGE_TYPES:

@@ -27,6 +27,12 @@ from scipy.optimize import linear_sum_assignment
 Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B, T) of the probe inputs
 
 
+def summed_log(second: Distances, ids: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
+    """Per sequence of ``ids`` (B, L) its summed log distance to the second span (the score both searches climb)."""
+    dist = torch.cat([second(ids[i:i + chunk]) for i in range(0, ids.shape[0], chunk)]).double()
+    return dist.clamp_min(1e-30).log().sum(1)
+
+
 def fits_partition(cands: list[torch.Tensor], num_sequences: int) -> bool:
     """Whether every position holds between 1 and N candidates (the exact first test's shape)."""
     return all(1 <= c.numel() <= num_sequences for c in cands)
@@ -66,7 +72,7 @@ def search_partition(second: Distances, cands: list[torch.Tensor], num_sequences
                     continue
                 trial = seqs.repeat_interleave(c.numel(), 0)
                 trial[:, p] = c.repeat(n)
-                cost = score(trial).clamp_min(1e-30).log().sum(1).view(n, c.numel())
+                cost = summed_log(second, trial, chunk).view(n, c.numel())
                 chosen = c[_assign(cost)]
                 changed |= bool((chosen != seqs[:, p]).any())
                 seqs[:, p] = chosen
@@ -111,9 +117,6 @@ def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wid
     # a token taken from its neighbour's place ("mode '" for "' mode" where one of them was missed)
     pairs = sorted({(q, q + 1) for p in short for q in (p - 1, p) if 0 <= q < len(cands) - 1})
 
-    def cost(trial):
-        return second(trial).double().clamp_min(1e-30).log().sum(1)
-
     for _ in range(rounds):
         moved = False
         for i in range(n):  # swaps first: a swapped pair is not read as two single errors
@@ -121,7 +124,7 @@ def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wid
                 trial = seqs[i].repeat(len(pairs) + 1, 1)
                 for k, (a, b) in enumerate(pairs, start=1):
                     trial[k, a], trial[k, b] = seqs[i, b], seqs[i, a]
-                best = int(cost(trial).argmin())
+                best = int(summed_log(second, trial).argmin())
                 if best == 0:
                     break
                 seqs[i], moved = trial[best], True
@@ -132,7 +135,7 @@ def repair(second: Distances, seqs: torch.Tensor, cands: list[torch.Tensor], wid
                 others = options[options != seqs[i, p]]
                 trial = seqs[i].repeat(others.numel() + 1, 1)
                 trial[1:, p] = others
-                best = int(cost(trial).argmin())
+                best = int(summed_log(second, trial).argmin())
                 if best > 0:
                     seqs[i, p], moved = others[best - 1], True
                     changed.append((i, p))
