@@ -209,6 +209,7 @@ def llm_dager() -> str:
                           "llm_minilm_dropout_4x32_seed1.json",
                           "llm_minilm_dropout_16x16.json",
                           "llm_dager_lora32_dropout.json", "llm_dager_lora32_dropout_seed1.json",
+                          "llm_dager_lora32_dropout_seed2.json",
                           "llm_minilm_4x32.json")
               if (RESULTS / f).is_file()]
     rows = ["| N × L | training | dropout | exact sequences (final token included) | proved per client | "

@@ -248,3 +248,50 @@ def test_dager_recovers_minilm_4x32_under_its_shipped_dropout():
     scores = metrics.evaluate(rec, client, spec, tokenizer=model.tokenizer)
     assert scores["exact_sequences"] >= 0.75 and scores["token_accuracy"] >= 0.98
     assert not rec.extras["certain"]  # the masks inside block 0 cannot be replayed: never proved
+
+
+def test_polish_moves_are_one_token_away_and_undo_a_skipped_token():
+    """The local search after the beam: every move substitutes, inserts (last token dropped) or deletes (token
+    appended) one token; on a distance that holds the true token at each place below the rest, a sequence
+    that skipped a token and carries a wrong one is brought back whole (two moves: insert, substitute)."""
+    from fedleak.attacks.text.polish import MAX_MOVES, moves, polish
+
+    seq = torch.tensor([1, 2, 3])
+    tokens = torch.tensor([1, 2, 3, 4])
+    moved = moves(seq, tokens)
+    assert not (moved == seq).all(1).any() and len({tuple(r) for r in moved.tolist()}) == moved.shape[0]
+    assert [4, 1, 2] in moved.tolist() and [1, 3, 4] in moved.tolist() and [1, 4, 3] in moved.tolist()
+    s, expected = seq.tolist(), set()
+    for i in range(3):
+        for c in tokens.tolist():
+            expected |= {tuple(s[:i] + [c] + s[i + 1:]), tuple((s[:i] + [c] + s[i:])[:3]), tuple(s[:i] + s[i + 1:] + [c])}
+    assert {tuple(r) for r in moved.tolist()} == expected - {tuple(s)}
+
+    truth = torch.tensor([5, 6, 7, 8, 9, 10])
+
+    def distances(ids):  # the true token at its place is close, anything else far
+        return torch.where(ids == truth, torch.tensor(0.01), torch.tensor(1.0))
+
+    start = torch.tensor([[5, 6, 8, 9, 10, 11]])  # 7 skipped, a stray 11 at the end
+    done, info = polish(start, torch.arange(5, 12), distances, distances)
+    assert done.tolist() == [truth.tolist()]
+    assert info["sequences"][0]["moves"] == 1 and info["sequences"][0]["objective_after"] < \
+        info["sequences"][0]["objective_before"]
+    stays, info = polish(truth.unsqueeze(0), torch.arange(5, 12), distances, distances)
+    assert torch.equal(stays[0], truth) and info["sequences"][0]["moves"] == 0
+    long = torch.arange(MAX_MOVES // 3 + 1).unsqueeze(0)  # past the budget: returned as it is, and said so
+    kept, info = polish(long, torch.tensor([0]), distances, distances)
+    assert torch.equal(kept, long) and "exceed the budget" in info["skipped"]
+
+
+def test_repeat_penalty_costs_runs_from_the_start_not_a_later_doubled_token():
+    """Under RoPE a run "v v …" from position 0 repeats position 0's input; "\\n\\n" later is its own input and
+    costs only the repeat."""
+    import math
+
+    from fedleak.attacks.text.search import DOUBLED_COST, REPEAT_COST, repeat_penalty
+
+    cost = repeat_penalty(torch.tensor([[4, 4, 4, 5, 6, 6]]))[0].tolist()
+    assert cost[0] == 0 and math.isclose(cost[1], REPEAT_COST + DOUBLED_COST)
+    assert math.isclose(cost[2], 2 * REPEAT_COST + DOUBLED_COST)
+    assert cost[3] == cost[4] == 0 and math.isclose(cost[5], REPEAT_COST)

@@ -23,8 +23,9 @@ from .spans import gap_threshold
 
 #: beam growth under dropout: the added log distance per earlier use of the same token in a prefix
 REPEAT_COST = math.log(2.0)
-#: ... and for a token equal to the one before it (under RoPE "v v" feeds the second probe the input of "v"
-#: at position 0 again: as close as a true first token, and rare in text)
+#: ... and for a token that continues a run of one token from position 0 (under RoPE "v v" feeds the second
+#: probe the input of "v" at position 0 again: as close as a true first token, and rare in text; a doubled
+#: token later on, "\n\n", is an input of its own and costs only the repeat)
 DOUBLED_COST = math.log(16.0)
 
 #: beam with rescore: how much worse (log distance) than the median step a best continuation may be before the
@@ -52,13 +53,7 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     (:func:`~.spans.masked_fit`) costs too much for the whole vocabulary but restores the gap under dropout.
     """
     width = length if positional else 1
-    parts = []
-    for start in range(0, vocab, chunk):
-        ids = torch.arange(start, min(vocab, start + chunk)).unsqueeze(1).expand(-1, width)
-        parts.append(first_distance(first_inputs(ids)).float())
-        if advance is not None:
-            advance()
-    dist = torch.cat(parts)
+    dist = vocabulary_distances(first_inputs, first_distance, vocab, width, chunk, advance)
     if refine is not None:
         top = dist.topk(min(shortlist, dist.shape[0]), dim=0, largest=False).indices  # (K, width)
         fine = refine(top).float().reshape(top.shape)
@@ -73,6 +68,28 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
         idx = torch.nonzero(col <= tau).flatten()
         cands.append(idx[col[idx].argsort()][:max_per_position])
     return cands, dist, tau
+
+
+def repeat_penalty(seqs: torch.Tensor) -> torch.Tensor:
+    """Per position (B, T) the beam's cost of repeating a token: :data:`REPEAT_COST` per earlier use of it in the
+    sequence, :data:`DOUBLED_COST` more where it continues a run of one token from position 0."""
+    earlier = (seqs.unsqueeze(2) == seqs.unsqueeze(1)).tril(-1).sum(2).double()
+    run = (seqs == seqs[:, :1]).long().cumprod(1).bool()
+    run[:, 0] = False
+    return REPEAT_COST * earlier + DOUBLED_COST * run.double()
+
+
+def vocabulary_distances(first_inputs: Callable[[torch.Tensor], torch.Tensor], first_distance, vocab: int,
+                         width: int, chunk: int = 1024, advance: Callable[[], None] | None = None) -> torch.Tensor:
+    """The first test's distance of every token at each of ``width`` positions, (V, width): chunks of all-v
+    sequences, one forward each; ``advance()`` after every chunk."""
+    parts = []
+    for start in range(0, vocab, chunk):
+        ids = torch.arange(start, min(vocab, start + chunk)).unsqueeze(1).expand(-1, width)
+        parts.append(first_distance(first_inputs(ids)).float())
+        if advance is not None:
+            advance()
+    return torch.cat(parts)
 
 
 def _lowest(dist: torch.Tensor, keep: int = 200_000) -> torch.Tensor:
@@ -145,15 +162,13 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             return pairs, pair_distance(prefixes, cand).double()
         return pairs, torch.cat([second(pairs[i:i + chunk])[:, -1] for i in range(0, pairs.shape[0], chunk)]).double()
 
-    def beam_step(cand, t):
+    def beam_step(cand):
         """One beam step over ``cand``: (pairs, distances, kept indices, totals, best re-scored log distance)."""
         pairs, dist = extend(cand)
         # a token the prefix already holds costs log 2 per earlier use: under RoPE, chains that cycle through
         # a few tokens stay as close to the masked span as the true continuation (see select_spanning)
-        repeats = (pairs[:, :-1] == pairs[:, -1:]).sum(1).double()
-        doubled = (pairs[:, -2] == pairs[:, -1]).double() if t else torch.zeros(pairs.shape[0], dtype=torch.float64)
         prev = score.repeat_interleave(cand.numel())
-        penalty = REPEAT_COST * repeats + DOUBLED_COST * doubled
+        penalty = repeat_penalty(pairs)[:, -1]
         total = prev + dist.clamp_min(1e-30).log() + penalty
         keep, best = total.argsort()[:cap], None
         if rescore is not None:
@@ -172,13 +187,13 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
             clean = False
             break
         if beam:
-            pairs, dist, keep, total, best = beam_step(cand, t)
+            pairs, dist, keep, total, best = beam_step(cand)
             if best is not None and more is not None and len(history) >= 2 and \
                     best > sorted(history)[len(history) // 2] + EXPAND_MARGIN:
                 # no candidate continues as well as the steps so far: the true token may have missed the first
                 # test's threshold; the next closest tokens are tried too, and kept only if they do better
                 wider = torch.cat([cand, more[t][~torch.isin(more[t], cand)]])
-                trial = beam_step(wider, t)
+                trial = beam_step(wider)
                 if trial[4] < best:
                     (pairs, dist, keep, total, best), cand = trial, wider
                     expanded.append(t)
