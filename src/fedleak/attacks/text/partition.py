@@ -12,8 +12,9 @@ distance still ranks the true partition first on the cases measured (``benchmark
 
 :func:`repair` — where a position holds fewer candidates than sequences, either sequences share a token there
 or the first test missed one (under dropout the masked-copy test can stay stuck on a true input: 1 of 128 on
-MiniLM 4 × 32). Each slot then tries the position's next closest tokens of the first test and keeps one only
-if the summed log distance of its sequence falls, then swaps of adjacent tokens around such positions.
+MiniLM 4 × 32). Each slot then tries the position's next closest tokens (``wider``: by the first test, and by
+its plain screen, where a stuck fit still ranks high) and keeps one only if the summed log distance of its
+sequence falls, then swaps of adjacent tokens around such positions.
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
                      length: int, positional: bool, chunk: int = 1024, max_per_position: int = 4096,
                      advance: Callable[[], None] | None = None,
                      at_least: int = 0, refine: Distances | None = None,
-                     shortlist: int = 64) -> tuple[list[torch.Tensor], torch.Tensor, float]:
+                     shortlist: int = 64, scanned: torch.Tensor | None = None
+                     ) -> tuple[list[torch.Tensor], torch.Tensor, float]:
     """Per position the tokens whose first-layer input lies in the first span.
 
     ``advance()`` (progress, :mod:`fedleak.attacks.progress`) is called after every vocabulary chunk.
@@ -51,9 +52,11 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     ``refine(ids)`` (optional, ids (K, width) -> distances): the ``shortlist`` closest tokens per position by the
     plain screen are re-tested by it and every other token counts as at distance 1 — the masked-copy test
     (:func:`~.spans.masked_fit`) costs too much for the whole vocabulary but restores the gap under dropout.
+    ``scanned`` (optional): the plain screen's distances (V, width), already computed (:func:`vocabulary_distances`).
     """
     width = length if positional else 1
-    dist = vocabulary_distances(first_inputs, first_distance, vocab, width, chunk, advance)
+    dist = scanned if scanned is not None else vocabulary_distances(first_inputs, first_distance, vocab, width,
+                                                                    chunk, advance)
     if refine is not None:
         top = dist.topk(min(shortlist, dist.shape[0]), dim=0, largest=False).indices  # (K, width)
         fine = refine(top).float().reshape(top.shape)
