@@ -295,3 +295,25 @@ def test_repeat_penalty_costs_runs_from_the_start_not_a_later_doubled_token():
     assert cost[0] == 0 and math.isclose(cost[1], REPEAT_COST + DOUBLED_COST)
     assert math.isclose(cost[2], 2 * REPEAT_COST + DOUBLED_COST)
     assert cost[3] == cost[4] == 0 and math.isclose(cost[5], REPEAT_COST)
+
+
+def test_beam_quota_keeps_a_start_for_every_sequence_and_polish_never_merges_two():
+    """The beam keeps at most cap_factor prefixes per first token (N sequences need N starts; SmolLM2 LoRA r 128
+    4 × 16 came back as one sequence three times); the descent never moves a sequence onto another one."""
+    from fedleak.attacks.text.polish import polish
+    from fedleak.attacks.text.search import quota
+
+    order = torch.tensor([5, 4, 3, 2, 1, 0])  # best first
+    groups = torch.tensor([7, 7, 9, 9, 9, 9])  # items 2..5 start with token 9
+    assert quota(order, groups, 2, 4).tolist() == [5, 4, 1, 0]
+    assert quota(order, groups, 2, 6).tolist() == [5, 4, 1, 0, 3, 2]  # too few groups: the best of the rest
+    assert quota(order, groups, 8, 3).tolist() == [5, 4, 3]  # a quota at the cap changes nothing (N = 1)
+
+    truth = torch.tensor([1, 2, 3, 4])
+
+    def distances(ids):
+        return torch.where(ids == truth, torch.tensor(0.01), torch.tensor(1.0))
+
+    seqs = torch.stack([truth, torch.tensor([1, 2, 3, 5])])  # the second is one substitution from the first
+    done, _ = polish(seqs, torch.arange(1, 6), distances, distances)
+    assert torch.equal(done[0], truth) and not torch.equal(done[1], truth)

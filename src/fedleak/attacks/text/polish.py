@@ -54,7 +54,9 @@ def objective(ids: torch.Tensor, distances: Distances, chunk: int = 1024) -> tor
 
 def polish(seqs: torch.Tensor, tokens: torch.Tensor, screen: Distances, score: Distances, *, rounds: int = 8,
            keep: int = 96, advance: Callable[[], None] | None = None) -> tuple[torch.Tensor, dict]:
-    """Descend from each of ``seqs`` (N, T) by the moves above; returns the sequences and, per sequence, the
+    """Descend from each of ``seqs`` (N, T) by the moves above, never onto another of them (the beam returns N
+    distinct sequences; SmolLM2 4 × 16: one moved onto its neighbour, which it scored as well as); returns the
+    sequences and, per sequence, the
     objective before and after and the moves taken; not run (``skipped`` says why) above :data:`MAX_MOVES`."""
     count = 3 * seqs.shape[1] * tokens.numel()
     if count > MAX_MOVES:
@@ -67,6 +69,8 @@ def polish(seqs: torch.Tensor, tokens: torch.Tensor, screen: Distances, score: D
         start, taken = best, 0
         for _ in range(rounds):
             trial = moves(current, tokens)
+            others = torch.cat([seqs[:n], seqs[n + 1:]])  # never onto another returned sequence
+            trial = trial[~(trial.unsqueeze(1) == others.unsqueeze(0)).all(-1).any(1)]
             if trial.shape[0] == 0:
                 break
             top = objective(trial, screen).argsort()[:keep]
