@@ -8,7 +8,9 @@ causal LM, the final token of each sequence (zero gradient in every attention we
 output-embedding gradient (:mod:`.final_token`). Beyond the reference: ranks and thresholds chosen
 at the largest gap of the data (:mod:`.spans`), FedAvg tested at interpolated weights
 (:func:`~.common.param_points`), LoRA through the adapters (:mod:`.probes`), block 0's MLP as the
-second span (valid under a sequence-classification loss), and the exactness condition reported in
+second span (valid under a sequence-classification loss), dropout in the client's step (encoders: the
+masked-copy test and a partition search with repair; decoders: a beam on the summed log span distance re-ranked
+by every block's span, then a descent on that objective, :mod:`.polish`), and the exactness condition reported in
 ``extras["exactness"]``; ``extras["certain"]`` is True only when the update recomputed from the N recovered
 sequences (and the labels read from the update) through the one client-update function matches the one sent
 (:mod:`.verify`, the meaning of "proved" shared with SPEAR); the span test (``extras["span_verified"]``)
