@@ -64,7 +64,8 @@ PLAN = (
     Entry("agic-table3", 5, (), (), "AGIC Table III", deferred=True),
     Entry("awa-table4", 5, ("case1", "case2", "case3"), ("agic", "awa-bo8"),
           "AWA cases 1-3 at the Bayesian-optimization budget that fits a background session (8 trials of 250 "
-          "iterations, then 1,000; the paper's 50 trials of 1,000 take some 4 h a job and never finished)"),
+          "iterations, then 1,000; the paper's 50 trials of 1,000, about 51,000 iterations, showed an ETA over 5 h at "
+          "nice 19, and a job restarts from its first iteration: it never finished)"),
     Entry("dimitrov-table1-femnist", 10, ("E10-m1",), ("ours-prior", "ours-no-prior", "shared", "fedsgd-epoch", "fedsgd"),
           "the E10-m1 column (500 local steps; run on a lent GPU by `seed_tables.py gpu`)"),
 )
