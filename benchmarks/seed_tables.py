@@ -59,7 +59,7 @@ PLAN = (
     Entry("dimitrov-table6-femnist", 5, ("gaussian-0.01", "gaussian-0.03", "laplacian-0.01", "laplacian-0.02",
                                          "pruning-0.2", "pruning-0.5"), ("ours-prior", "shared"), "defenses"),
     Entry("dimitrov-table4-femnist", 5, (), ("l1_max", "l1_mean_conv", "l1_max_conv", "l2_mean_conv", "l2_max_conv"),
-          "the epoch priors not measured yet"),
+          "the epoch priors g × D_inv"),
     Entry("dimitrov-table1-cifar100", 10, ("E10-m5",), ("ours-prior", "shared", "fedsgd"), "CIFAR-100 on 10 clients"),
     Entry("agic-table3", 5, (), (), "AGIC Table III", deferred=True),
     Entry("awa-table4", 5, ("case1", "case2", "case3"), ("agic", "awa-bo8"),
