@@ -264,7 +264,8 @@ def test_polish_moves_are_one_token_away_and_undo_a_skipped_token():
     s, expected = seq.tolist(), set()
     for i in range(3):
         for c in tokens.tolist():
-            expected |= {tuple(s[:i] + [c] + s[i + 1:]), tuple((s[:i] + [c] + s[i:])[:3]), tuple(s[:i] + s[i + 1:] + [c])}
+            expected |= {tuple(s[:i] + [c] + s[i + 1:]), tuple((s[:i] + [c] + s[i:])[:3]),
+                         tuple(s[:i] + s[i + 1:] + [c])}
     assert {tuple(r) for r in moved.tolist()} == expected - {tuple(s)}
 
     truth = torch.tensor([5, 6, 7, 8, 9, 10])

@@ -70,7 +70,7 @@ def test_flower_leakage_level_reads_holds_as_the_precondition_and_certain_as_the
         said = leakage_level({"exactness": {"holds": True, "reason": reason}, "certain": False})
         assert said == {"level": "inconclusive", "evidence": reason}
     imprint = leakage_level({"verbatim": 3})  # high, but "proved" keeps its one meaning: the update recomputed
-    assert imprint["level"] == "high" and "not proved" in imprint["evidence"] and \
+    assert imprint["level"] == "high" and "not checked by recomputing" in imprint["evidence"] and \
         not imprint["evidence"].startswith("proved")
     failed = leakage_level({"exactness": {"holds": False, "reason": "rank(∇W) = 9 ≠ batch size 8"}, "certain": False})
     assert failed == {"level": "inconclusive", "evidence": "rank(∇W) = 9 ≠ batch size 8"}

@@ -23,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from .partition import summed_log
 from .search import repeat_penalty
 
 Distances = Callable[[torch.Tensor], torch.Tensor]  # ids (B, T) -> distances (B, T)
@@ -48,8 +49,7 @@ def moves(seq: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 def objective(ids: torch.Tensor, distances: Distances, chunk: int = 1024) -> torch.Tensor:
     """The beam's objective of whole sequences: summed log distance plus the repeat costs, (B,)."""
-    dist = torch.cat([distances(ids[i:i + chunk]) for i in range(0, ids.shape[0], chunk)]).double()
-    return dist.clamp_min(1e-30).log().sum(1) + repeat_penalty(ids).sum(1)
+    return summed_log(distances, ids, chunk) + repeat_penalty(ids).sum(1)
 
 
 def polish(seqs: torch.Tensor, tokens: torch.Tensor, screen: Distances, score: Distances, *, rounds: int = 8,

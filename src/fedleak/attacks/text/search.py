@@ -73,12 +73,17 @@ def token_candidates(first_inputs: Callable[[torch.Tensor], torch.Tensor], first
     return cands, dist, tau
 
 
-def repeat_penalty(seqs: torch.Tensor) -> torch.Tensor:
+def repeat_penalty(seqs: torch.Tensor, last: bool = False) -> torch.Tensor:
     """Per position (B, T) the beam's cost of repeating a token: :data:`REPEAT_COST` per earlier use of it in the
-    sequence, :data:`DOUBLED_COST` more where it continues a run of one token from position 0."""
-    earlier = (seqs.unsqueeze(2) == seqs.unsqueeze(1)).tril(-1).sum(2).double()
-    run = (seqs == seqs[:, :1]).long().cumprod(1).bool()
-    run[:, 0] = False
+    sequence, :data:`DOUBLED_COST` more where it continues a run of one token from position 0. ``last``: only
+    the last position's, (B,) (a beam step's new token: O(T) per prefix, not O(T²))."""
+    if last:
+        earlier = (seqs[:, :-1] == seqs[:, -1:]).sum(1).double()
+        run = (seqs == seqs[:, :1]).all(1) & (seqs.shape[1] > 1)
+    else:
+        earlier = (seqs.unsqueeze(2) == seqs.unsqueeze(1)).tril(-1).sum(2).double()
+        run = (seqs == seqs[:, :1]).long().cumprod(1).bool()
+        run[:, 0] = False
     return REPEAT_COST * earlier + DOUBLED_COST * run.double()
 
 
@@ -171,7 +176,7 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
         # a token the prefix already holds costs log 2 per earlier use: under RoPE, chains that cycle through
         # a few tokens stay as close to the masked span as the true continuation (see select_spanning)
         prev = score.repeat_interleave(cand.numel())
-        penalty = repeat_penalty(pairs)[:, -1]
+        penalty = repeat_penalty(pairs, last=True)
         total = prev + dist.clamp_min(1e-30).log() + penalty
         # at most cap_factor prefixes per first token: N sequences need N starts, and the best-scored one's
         # variants filled the beam (SmolLM2 LoRA r 128, dropout 0.075, 4 × 16: two sequences came back three times)
@@ -252,13 +257,12 @@ def grow_causal(second: Distances, cands: list[torch.Tensor], steps: int, num_se
 def quota(order: torch.Tensor, groups: torch.Tensor, per_group: int, limit: int) -> torch.Tensor:
     """The first ``limit`` of ``order`` (indices, best first) taking at most ``per_group`` of each value of
     ``groups`` (indexed like the items), then, if that leaves fewer than ``limit``, the best of the rest."""
-    ranked = groups[order]
-    _, inverse = torch.unique(ranked, return_inverse=True)
-    seen = torch.zeros_like(ranked)
-    within = torch.empty_like(ranked)
-    for i, g in enumerate(inverse.tolist()):  # rank of each item within its group, in score order
-        within[i] = seen[g]
-        seen[g] += 1
+    _, group = torch.unique(groups[order], return_inverse=True)
+    by_group = torch.sort(group, stable=True).indices  # grouped, score order kept within each group
+    counts = torch.bincount(group)
+    starts = counts.cumsum(0) - counts
+    within = torch.empty_like(group)  # each item's rank within its group, in score order
+    within[by_group] = torch.arange(group.numel()) - starts[group[by_group]]
     fits = within < per_group
     return torch.cat([order[fits], order[~fits]])[:limit]
 

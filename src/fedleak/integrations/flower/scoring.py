@@ -116,14 +116,14 @@ UNPROVED_SAID = ("does not match", "an estimate", "uncertain:")
 def leakage_level(entry: dict) -> dict:
     """``{"level", "evidence"}`` of one attacked reply: ``high`` when the attacker itself can show
     what it recovered (imprint bins holding exactly one input, read back verbatim; a text attack whose
-    recovered sequences reproduce the update, the only one of the two that is "proved"), else ``inconclusive`` (an optimization attack's loss is an estimate at its
-    budget; fedleak never calls a reply safe). A batch the client shared (client-reported, never
+    recovered sequences reproduce the update, the only one of the two that is "proved"), else
+    ``inconclusive`` (an optimization attack's loss is an estimate at its budget; fedleak never calls a reply safe). A batch the client shared (client-reported, never
     verified by the server) can raise the level — Rec % or exact sequences above 0 — but never
     lower it: a client sending a fake "truth" cannot make its own reply look less leaky."""
     if (entry.get("verbatim") or 0) > 0:
         return {"level": "high", "evidence": f"read back by the attacker: {entry['verbatim']} input(s) verbatim "
-                                             "from single-input imprint bins (an analytic readout: not proved, the "
-                                             "update was not recomputed from them)"}
+                                             "from single-input imprint bins (an analytic readout, not checked by "
+                                             "recomputing the update from them)"}
     exact = entry.get("exactness")
     if isinstance(exact, dict) and exact.get("holds") and entry.get("certain"):
         return {"level": "high", "evidence": "proved by the attacker: the exactness condition held and the recovered "
