@@ -6,6 +6,15 @@ small JSON; pictures are ignored by git). ``fedleak run`` reuses a job file only
 carries the hash of the job as configured now, so a later session that starts this script again
 resumes exactly where the last one stopped: commit the new job files before a session ends.
 
+**The paper's clients.** A table is set beside the paper's figure only over clients the paper would have picked:
+Dimitrov et al. attack writers holding at least N = E·m·batches images, truncated to exactly N (N is the
+preset's ``samples_per_client``: 50 for the E10-m5 FEMNIST tables; CIFAR-100, AGIC's and AWA's partitions give
+every client exactly N). The seeded rule: walk the preset's own client order (writers shuffled with the preset's
+data seed) and keep, in that order, the clients whose N images are all there (a writer with fewer is truncated
+to fewer and skipped). ``run`` attacks those by their absolute index (``--first-client i --clients 1``), so a
+job's identity, and every finished job file, is the same as before the rule; jobs that earlier sessions ran on
+other clients (e.g. ``f2235_81``, 4 images) are kept and shown apart in the docs, never averaged in.
+
 The plan is walked breadth first: every table gets its first client before any table gets its second,
 so each table fills evenly however long a session lasts. Each step is one ``fedleak run`` under
 ``nice -n 19`` on one torch thread (keep the other core for the test suite).
@@ -83,6 +92,34 @@ def planned(entry: Entry) -> tuple[list[str], list[str]]:
     return settings, variants
 
 
+def target_n(entry: Entry) -> int:
+    """N, the number of images a paper's client holds (the preset's ``samples_per_client``)."""
+    return int(preset(entry.preset)["data"]["samples_per_client"])
+
+
+def paper_indices(entry: Entry) -> list[int]:
+    """The absolute client indices of the paper's clients (module docstring), the first ``entry.clients`` of
+    them, cached in ``runs/<preset>/paper-clients.json`` with the rule that chose them."""
+    cache = RUNS / entry.preset / "paper-clients.json"
+    spec, n = preset(entry.preset), target_n(entry)
+    if cache.exists():
+        known = json.loads(cache.read_text())
+        if known.get("n") == n and len(known.get("indices", [])) >= entry.clients:
+            return known["indices"][: entry.clients]
+    import fedleak.data
+
+    data = spec["data"]
+    _, clients = fedleak.data.load(data["dataset"], root=ROOTS.get(data["dataset"]), num_clients=10_000,
+                                   samples_per_client=n, seed=data.get("seed", 0), split=data.get("split", "train"),
+                                   **(data.get("options") or {}))
+    chosen = [(i, c.client_id) for i, c in enumerate(clients) if len(c.labels) == n][: entry.clients]
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"rule": f"the preset's seeded client order, clients holding all N = {n} images",
+                                 "n": n, "indices": [i for i, _ in chosen], "clients": [c for _, c in chosen]},
+                                indent=1))
+    return [i for i, _ in chosen]
+
+
 def finished(entry: Entry) -> list[dict]:
     rows = []
     for path in sorted((RUNS / entry.preset).glob("jobs/*/*/*.json")):
@@ -109,6 +146,14 @@ def command(entry: Entry, clients: int) -> list[str]:
     return cmd
 
 
+def paper_rows(entry: Entry, rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """``rows`` split into the paper's clients (the seeded rule's first ``entry.clients`` clients holding all N
+    images) and the others (kept, shown apart)."""
+    n, chosen = target_n(entry), set(paper_indices(entry))
+    mine = [r for r in rows if r.get("num_samples") == n and r.get("client_index") in chosen]
+    return mine, [r for r in rows if r not in mine]
+
+
 def run(args) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     target = max(e.clients for e in PLAN)
@@ -118,8 +163,12 @@ def run(args) -> int:
     for k, entry in schedule:
         if k > entry.clients or entry in GPU_PLAN or (args.only and entry.preset not in args.only):
             continue
-        print(f"[seed-tables] {entry.preset}: clients 1..{k}", flush=True)
-        code = subprocess.call(["nice", "-n", "19", *command(entry, k)], env=env, cwd=ROOT)
+        index = paper_indices(entry)
+        if k > len(index):
+            continue  # the dataset has fewer paper clients than the target
+        cmd = [*command(entry, 1), "--first-client", str(index[k - 1])]
+        print(f"[seed-tables] {entry.preset}: paper client {k} of {entry.clients} (index {index[k - 1]})", flush=True)
+        code = subprocess.call(["nice", "-n", "19", *cmd], env=env, cwd=ROOT)
         if code == 130 or code < 0:
             return 130
         if code != 0:
@@ -145,7 +194,7 @@ def gpu(args) -> int:
     for entry in GPU_PLAN:
         settings, variants = planned(entry)
         done = {(r.get("setting"), r.get("variant"), r.get("client_index")) for r in finished(entry)}
-        for client in range(entry.clients):
+        for client in paper_indices(entry):
             for setting in settings:
                 for variant in variants:
                     if (setting, variant, client) not in done:
@@ -193,7 +242,8 @@ def status(args) -> int:
     for entry in PLAN:
         settings, variants = planned(entry)
         total = entry.clients * len(settings) * len(variants)
-        print(f"{entry.preset}: {len(finished(entry))} of {total} jobs")
+        paper, other = paper_rows(entry, finished(entry))
+        print(f"{entry.preset}: {len(paper)} of {total} jobs on the paper's clients (+{len(other)} on other clients)")
     return 0
 
 
@@ -210,33 +260,52 @@ def _paper(spec: dict, setting: str, variant: str) -> dict:
     return (paper.get(setting) or {}).get(variant) or paper.get(variant) or {}
 
 
+def _table(spec: dict, rows: list[dict], settings: list[str], variants: list[str], target: int | None) -> list[str]:
+    head = "paper clients done" if target else "clients (samples)"
+    lines = [f"| setting | variant | {head} | Rec % | PSNR (dB) | paper Rec % | paper PSNR |",
+             "|---|---|---|--:|--:|--:|--:|"]
+    for setting in settings:
+        for variant in variants:
+            cell = [r for r in rows if r.get("setting") == setting and r.get("variant") == variant]
+            if not target and not cell:
+                continue
+            rec = [r["rec_percent"] for r in cell if isinstance(r.get("rec_percent"), (int, float))]
+            psnr = [r["psnr"] for r in cell if isinstance(r.get("psnr"), (int, float))]
+            paper = _paper(spec, setting, variant)
+            who = ", ".join(f"{r.get('client')} ({r.get('num_samples')})" for r in cell)
+            count = f"{len(cell)} of {target}" if target else f"{len(cell)}: {who}"
+            lines.append(f"| {setting} | {variant} | {count} | {_cell(rec)} | {_cell(psnr)} | "
+                         f"{paper.get('rec_percent', '—')} | {paper.get('psnr', '—')} |")
+    return lines + [""]
+
+
 def tables(args) -> int:
-    lines = ["# The seed tables (issue #34)", "",
+    lines = ["# The seed tables (issue #34, #48)", "",
              "Rebuilt by `python benchmarks/seed_tables.py tables` from the job files under",
              "`benchmarks/results/runs/<preset>/jobs/` (one per client, setting and variant; mean ± sample std over",
-             "clients). `python benchmarks/seed_tables.py run` resumes the rest in the background.", ""]
+             "clients). `python benchmarks/seed_tables.py run` resumes the rest in the background.", "",
+             "**Clients as the paper selects them.** Each table averages only the paper's clients: those holding",
+             "all N images of the paper's setting (N = E·m·batches = 50 for Dimitrov et al.'s E10-m5 tables: writers",
+             "with at least 50 images, truncated to exactly 50; CIFAR-100, AGIC's and AWA's partitions give every client",
+             "its N). They are the first such clients in the preset's seeded client order (`paper-clients.json` beside",
+             "each run lists them). Jobs that earlier sessions ran on other clients are listed apart under each table",
+             "and never averaged in.", ""]
     done_all = total_all = 0
     for entry in PLAN:
-        spec, rows = preset(entry.preset), finished(entry)
+        spec = preset(entry.preset)
+        paper, other = paper_rows(entry, finished(entry))
         settings, variants = planned(entry)
         total = entry.clients * len(settings) * len(variants)
-        done_all, total_all = done_all + len(rows), total_all + total
+        done_all, total_all = done_all + len(paper), total_all + total
         lines += [f"## {spec.get('description', entry.preset)}", "",
-                  f"{entry.note}; target {entry.clients} clients; {len(rows)} of {total} jobs done.", ""]
-        lines += ["| setting | variant | clients (samples) | Rec % | PSNR (dB) | paper Rec % | paper PSNR |",
-                  "|---|---|---|--:|--:|--:|--:|"]
-        for setting in settings:
-            for variant in variants:
-                cell = [r for r in rows if r.get("setting") == setting and r.get("variant") == variant]
-                rec = [r["rec_percent"] for r in cell if isinstance(r.get("rec_percent"), (int, float))]
-                psnr = [r["psnr"] for r in cell if isinstance(r.get("psnr"), (int, float))]
-                paper = _paper(spec, setting, variant)
-                who = ", ".join(f"{r.get('client')} ({r.get('num_samples')})" for r in cell) if len(cell) < 4 else ""
-                lines.append(f"| {setting} | {variant} | {len(cell)}{': ' + who if who else ''} | {_cell(rec)} | "
-                             f"{_cell(psnr)} | "
-                             f"{paper.get('rec_percent', '—')} | {paper.get('psnr', '—')} |")
-        lines.append("")
-    lines.insert(5, f"**{done_all} of {total_all} planned jobs are done.**\n")
+                  f"{entry.note}; target {entry.clients} clients of N = {target_n(entry)} images; {len(paper)} of "
+                  f"{total} jobs done on the paper's clients.", ""]
+        lines += _table(spec, paper, settings, variants, entry.clients)
+        if other:
+            lines += [f"Jobs on other clients (fewer than N = {target_n(entry)} images; not the paper's setting, not "
+                      "averaged above):", ""]
+            lines += _table(spec, other, settings, variants, None)
+    lines.insert(12, f"**{done_all} of {total_all} planned jobs are done on the paper's clients.**\n")
     DOC.write_text("\n".join(lines))
     print(f"{DOC.relative_to(ROOT)}: {done_all} of {total_all} jobs")
     return 0
