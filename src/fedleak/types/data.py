@@ -11,7 +11,7 @@ import torch
 from ..errors import FedleakError
 from .limits import MAX_CLASSES, MAX_INPUT_NUMEL, MAX_SIDE, _is_int, _numbers
 
-MODALITIES = ("image", "text")
+MODALITIES = ("image", "text", "tabular")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,9 @@ class DataSpec:
     vocab_size: Optional[int] = None
     #: The padding token id of a text spec (positions holding it are not scored), else ``None``.
     pad_id: Optional[int] = None
+    #: A tabular spec's schema as JSON text (:class:`fedleak.data.tabular.TabularSchema`: columns, categories,
+    #: the z-scoring of every encoded entry); shape (1, 1, width), inputs (N, width). ``None`` otherwise.
+    tabular: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -76,6 +79,12 @@ class DataSpec:
             raise FedleakError(f"DataSpec.pad_id must be a non-negative integer or null, got {self.pad_id!r}")
         if self.modality == "text" and (shape[0] != 1 or shape[1] != 1):
             raise FedleakError(f"a text DataSpec has shape (1, 1, seq_len), got {tuple(shape)}")
+        if (self.modality == "tabular") != (self.tabular is not None):
+            raise FedleakError("a tabular DataSpec needs its schema (tabular=<JSON text>), and only a tabular one")
+        if self.tabular is not None:
+            if not isinstance(self.tabular, str) or shape[0] != 1 or shape[1] != 1 \
+                    or self.schema.width != shape[2]:
+                raise FedleakError(f"a tabular DataSpec has shape (1, 1, width) matching its schema, got {tuple(shape)}")
         # frozen: store the checked values as tuples (hashable, equal whether built from lists or tuples)
         object.__setattr__(self, "shape", tuple(int(v) for v in shape))
         object.__setattr__(self, "num_classes", int(self.num_classes))
@@ -90,6 +99,14 @@ class DataSpec:
     @property
     def is_text(self) -> bool:
         return self.modality == "text"
+
+    @property
+    def schema(self):
+        """The :class:`~fedleak.data.tabular.TabularSchema` of a tabular spec (``None`` otherwise)."""
+        if self.tabular is None:
+            return None
+        from ..data.tabular.schema import parse_schema
+        return parse_schema(self.tabular)
 
     @property
     def seq_len(self) -> int:
