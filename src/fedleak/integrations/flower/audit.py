@@ -17,9 +17,11 @@ every round, it
 
 **Guarded by default** (``guard=True``, :mod:`.guard`): a reply the wrapped strategy could not
 aggregate (no ``ArrayRecord``, two, a wrong shape or dtype, an extra or missing key, NaN weights, a
-missing or absurd ``num-examples``, metric keys unlike the round's other replies) is *quarantined*:
-recorded as ``quarantined`` with the reason and not handed to the strategy, which aggregates the
-others exactly as it would have without fedleak — no reply can end the federation.
+missing or absurd ``num-examples``, a configured metric missing) is *quarantined*: recorded as
+``quarantined`` with the reason and not handed to the strategy, which aggregates the others exactly as
+it would have without fedleak — no reply can end the federation. What is valid follows from what the
+server sent, never from a vote of the replies; metric keys not every passed reply has are dropped
+before aggregation (``metrics_dropped`` in the reply's record), never a reason to quarantine another.
 ``guard=False`` hands every reply to the strategy unchanged (and the strategy may raise). A
 reply the strategy receives but fedleak cannot read as an update is recorded as ``rejected``
 and not attacked; error replies (e.g. a client's inspector refusing the model) are recorded as
@@ -52,10 +54,10 @@ from torch import nn
 from ...errors import FedleakError
 from ...types import ClientData, DataSpec, Params, Protocol, Update
 from . import dp as flower_dp
-from .client import DP_KEY, read_truth
+from .client import DP_KEY, read_truth, save_truth
 from .convert import client_metadata, model_record, protocol_from_config, split_record, update_from_params
 from .dashboard import write_dashboard
-from .guard import layout, screen
+from .guard import ReplyGuard
 from .scoring import attack_update, choose_attack, leakage_level
 
 log = logging.getLogger("fedleak.flower")
@@ -72,6 +74,7 @@ class LeakageAudit(Strategy):
     attack, or ``None`` to only record. ``workers``: attack threads. ``evaluation``: score against
     a batch a client shared (client-reported). ``save_updates``: keep each update on disk.
     ``guard``: quarantine replies the wrapped strategy could not aggregate (default; :mod:`.guard`).
+    ``metric_keys``: the metrics every reply must carry (optional; others are dropped before aggregation).
     ``accountant``: a Flower accountant (``RdpAccountant``) for a fixed-clipping DP wrapper placed
     *around* the audit, which Flower does not let account itself (:func:`.dp.epsilon`).
     """
@@ -81,7 +84,7 @@ class LeakageAudit(Strategy):
                  attack_options: Optional[dict] = None, ship: Optional[nn.Module] = None, blocking: bool = False,
                  workers: int = 1, evaluation: bool = True, save_updates: bool = True,
                  arrayrecord_key: Optional[str] = None, num_examples_key: str = "num-examples",
-                 guard: bool = True, accountant=None) -> None:
+                 guard: bool = True, accountant=None, metric_keys=None) -> None:
         if not isinstance(strategy, Strategy):
             raise FedleakError(f"LeakageAudit wraps a Flower Message-API strategy (an instance of "
                                f"flwr.serverapp.strategy.Strategy, e.g. FedAvg()), got {type(strategy).__module__}."
@@ -119,6 +122,7 @@ class LeakageAudit(Strategy):
         self.guard = guard
         self.accountant = accountant  # a Flower accountant for a fixed-clipping wrapper around the audit (dp.py)
         self.arrayrecord_key, self.num_examples_key = arrayrecord_key, num_examples_key
+        self._guard = ReplyGuard(num_examples_key, metric_keys, arrayrecord_key)
         from ...runs.outdir import prepare_out_dir
 
         self.out = prepare_out_dir(out, "out")
@@ -128,7 +132,6 @@ class LeakageAudit(Strategy):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedleak-audit")
         self._futures: list[Future] = []
         self._sent: dict[tuple[int, int], tuple[tuple[Params, Params], dict]] = {}
-        self._layouts: dict[tuple[int, int], tuple] = {}
         self._dp: dict[int, tuple[list, int]] = {}  # round -> ([(wrapper, position, description)], sample size)
 
     # -- the strategy interface -----------------------------------------------------------------
@@ -143,13 +146,14 @@ class LeakageAudit(Strategy):
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         converted: dict[int, tuple[Params, Params]] = {}
         for message in messages:
-            key, record = self._array_record(message.content, "the train message")
+            _, record = self._array_record(message.content, "the train message")
             if id(record) not in converted:  # strategies send one record to every node: convert it once
                 converted[id(record)] = split_record(self.model, record, "arrays the server sent")
             sent_config = dict(next(iter(message.content.config_records.values()), {}))
             node = message.metadata.dst_node_id
             self._sent[(server_round, node)] = (converted[id(record)], sent_config)
-            self._layouts[(server_round, node)] = layout(key, record)
+        if self.guard:
+            self._guard.sent(server_round, messages)
         try:  # σ and this round's C, read before the round's adaptive update changes C
             found = [(w, pos, flower_dp.describe(w, pos)) for w, pos in flower_dp.wrappers(self)]
         except Exception as exc:  # noqa: BLE001 - recording the DP must never stop the federation
@@ -159,15 +163,17 @@ class LeakageAudit(Strategy):
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
-        passed = list(replies)
+        passed, trimmed = list(replies), {}
         if self.guard:
-            layouts = {node: value for (r, node), value in self._layouts.items() if r == server_round}
-            screened = screen(passed, layouts, self.num_examples_key)
+            screened = self._guard.screen(server_round, passed)
             for reply, reason in screened.quarantined:
                 self._write({"round": int(server_round), "client": self._node(reply), "status": "quarantined",
                              "reason": f"not passed to {type(self.strategy).__name__}: {reason}"[:500]})
-            passed = screened.passed
+            passed, trimmed = screened.passed, screened.trimmed
         jobs = [self._prepare(server_round, reply) for reply in passed]  # read before the strategy clips
+        for reply, job in zip(passed, jobs):
+            if job is not None and id(reply) in trimmed:  # metric keys not every reply had (guard.reconcile)
+                job[0]["metrics_dropped"] = trimmed[id(reply)][:20]
         result = None
         try:
             result = self.strategy.aggregate_train(server_round, passed)
@@ -179,7 +185,6 @@ class LeakageAudit(Strategy):
                         job[0]["dp"] = self._reply_dp(dp_info, job[0].pop("dp", None))
                     self._submit(*job)
             self._sent = {key: value for key, value in self._sent.items() if key[0] != server_round}
-            self._layouts = {key: value for key, value in self._layouts.items() if key[0] != server_round}
             self._dp.pop(server_round, None)
             if self.blocking:
                 self.wait()
@@ -356,6 +361,8 @@ class LeakageAudit(Strategy):
                 entry["attack"] = getattr(attack, "variant", attack.name)
                 rec, scores = attack_update(attack, update, self.model, self.spec, truth)
                 entry["reconstruction"] = str(rec.save(where / "reconstruction"))
+                if truth is not None and self.save_updates:  # the report's originals beside the reconstructions
+                    entry["truth_file"] = str(save_truth(where / "truth.safetensors", truth))
                 entry.update(scores, status="attacked", evaluated=truth is not None)
                 entry["leakage"] = leakage_level(entry)
         except Exception as exc:  # an attack failing on one reply must not stop the audit

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Iterable, Optional
 
 import numpy as np
@@ -43,6 +44,10 @@ from flwr.serverapp.strategy import Strategy
 
 from ...errors import FedleakError
 from ...privacy.canaries import Canaries
+from .guard import ReplyGuard
+
+#: the most canaries of one audit (each is a d-vector rebuilt in blocks; m beyond this is no better estimate)
+MAX_CANARIES = 100_000
 
 
 def _flat(record: ArrayRecord) -> tuple[np.ndarray, list]:
@@ -65,8 +70,12 @@ class CanaryAudit(Strategy):
         if not isinstance(strategy, Strategy):
             raise FedleakError(f"CanaryAudit wraps a Flower Message-API strategy (flwr.serverapp.strategy.Strategy), "
                                f"got {type(strategy).__name__}")
-        if isinstance(canaries, bool) or not isinstance(canaries, int) or canaries < 2:
-            raise FedleakError(f"CanaryAudit: canaries must be an integer ≥ 2, got {canaries!r}")
+        if isinstance(canaries, bool) or not isinstance(canaries, int) or not 2 <= canaries <= MAX_CANARIES:
+            raise FedleakError(f"CanaryAudit: canaries must be an integer from 2 to {MAX_CANARIES}, got {canaries!r}")
+        from ...config.boundary import api_arguments
+
+        api_arguments("CanaryAudit", seed=(seed, int, "an integer seed from 0 to 2**32-1"),
+                      out=(out, (str, os.PathLike, type(None)), "a folder path or None"))
         if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
                                  or not math.isfinite(clip) or clip <= 0):
             raise FedleakError(f"CanaryAudit: clip must be a finite number > 0, got {clip!r}")
@@ -83,6 +92,7 @@ class CanaryAudit(Strategy):
         self._unit_sum: Optional[np.ndarray] = None
         self._last: Optional[np.ndarray] = None
         self._clip_t, self.rounds, self.clip_norms, self.aggregated = None, 0, [], []
+        self._guard, self.quarantined = ReplyGuard(), []  # the guard of every wrapper (guard.py)
 
     def summary(self) -> None:
         self.strategy.summary()
@@ -93,6 +103,7 @@ class CanaryAudit(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        self._guard.sent(server_round, messages)
         self._current = _flat(arrays)
         if self._theta0 is None:
             self._theta0 = self._current[0].copy()
@@ -101,7 +112,7 @@ class CanaryAudit(Strategy):
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
-        replies = list(replies)
+        replies = self._guard.passed(server_round, replies, self.quarantined, type(self.strategy).__name__)
         real = [r for r in replies if not r.has_error() and r.content.array_records and r.content.metric_records]
         if self._current is None or not real:
             return self.strategy.aggregate_train(server_round, replies)
@@ -199,7 +210,7 @@ class CanaryAudit(Strategy):
             scores["final-model"][index] = (b @ final_unit) * math.sqrt(d)
         result = {"level": "client", "source": "flower", "strategy": type(self.strategy).__name__,
                   "canaries": self.count, "canaries_inserted": self.inserted, "rounds": self.rounds, "delta": self.delta,
-                  "clip_norms": self.clip_norms, "dimension": d,
+                  "clip_norms": self.clip_norms, "dimension": d, "quarantined": self.quarantined,
                   "lower_bounds": {t: lower_bounds(s, self.included, self.delta) for t, s in scores.items()},
                   "estimates": {t: estimate(s, self.included, self.delta, null_sd=1.0) for t, s in scores.items()}}
         result["epsilon_lower"] = result["lower_bounds"]["all-iterates"]["epsilon_gdp"]
