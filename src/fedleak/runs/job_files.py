@@ -4,8 +4,9 @@ A job file ``OUT/jobs/<setting>/<variant>/<client>.json`` (names through
 :func:`fedleak.runs.naming.file_name`) is written atomically (temporary file, then rename), so a
 killed run leaves either the whole record or none. On resume a file is reused only if it parses,
 holds every field of a finished record with its type (the strict schema :func:`_record_model`: an edited
-``"psnr": "high"`` is refused), matches its own ``record_digest`` (written with it: content edited by hand
-is refused) and carries the ``job_hash`` of the job as configured now (:func:`job_hash`); anything else is renamed to ``<client>.json.stale[-N]`` (never deleted) and the
+``"psnr": "high"`` is refused), carries a ``record_digest`` (every file fedleak writes is sealed with one
+by :func:`sealed`: a file whose digest was deleted or nulled is not fedleak's) that matches its content
+(content edited by hand is refused) and carries the ``job_hash`` of the job as configured now (:func:`job_hash`); anything else is renamed to ``<client>.json.stale[-N]`` (never deleted) and the
 job runs again.
 """
 
@@ -142,7 +143,9 @@ def read_record(path: Path) -> tuple[Optional[dict], str]:
     except FedleakError as exc:
         return None, f"not a valid record ({exc})"
     digest = record.get("record_digest")
-    if digest is not None and digest != record_digest(record):
+    if digest is None:  # every file fedleak writes is sealed: one without its digest is not fedleak's
+        return None, "not written by fedleak (no record_digest: deleted or null), so not trusted"
+    if digest != record_digest(record):
         return None, "edited after it was written (its record_digest does not match its content)"
     return record, ""
 
