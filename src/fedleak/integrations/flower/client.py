@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -98,6 +99,25 @@ def read_truth(content: RecordDict, num_examples: Optional[int] = None) -> Optio
     if labels.is_floating_point() or labels.is_complex():
         raise FedleakError(f"the reply's {TRUTH_KEY!r} labels must be integers, got {labels.dtype}")
     return ClientData(inputs.clone(), labels.long().clone())
+
+
+def save_truth(path, truth: ClientData) -> Path:
+    """A shared batch kept beside its reconstruction (safetensors ``inputs`` / ``labels``; the report's originals)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"inputs": truth.inputs.detach().cpu().contiguous(), "labels": truth.labels.detach().cpu().contiguous()},
+              str(path))
+    return path
+
+
+def load_truth(path) -> ClientData:
+    """:func:`save_truth`'s file back (safetensors only, never a pickle)."""
+    from safetensors.torch import load_file
+
+    arrays = load_file(str(path))
+    return ClientData(arrays["inputs"], arrays["labels"].long())
 
 
 def describe_mods(mods: Sequence) -> list[dict]:
