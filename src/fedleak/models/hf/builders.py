@@ -203,12 +203,10 @@ def check_folder(folder) -> tuple[Path, dict]:
         bins = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
         hint = f" ({', '.join(bins[:2])} are pickles, which fedleak does not load)" if bins else ""
         raise FedleakError(f"--model {folder}: no *.safetensors weights{hint}")
+    odd = {}
     for file in sorted(folder.glob("*.safetensors")):  # checked before transformers reads them; never cast
         header = safetensors_header(file)
-        odd = [f"{n} ({d})" for n, (d, _) in header.items() if d not in FLOATING]
-        if odd:
-            raise FedleakError(f"{file}: weights must be floating point (F16, BF16, F32, F64), got {odd[0]}; "
-                               "fedleak does not cast quantized or integer weights")
+        odd.update({n: (file, d) for n, (d, _) in header.items() if d not in FLOATING})
         if not header:
             raise FedleakError(f"{file}: holds no tensors")
     tf = transformers_module()
@@ -216,7 +214,27 @@ def check_folder(folder) -> tuple[Path, dict]:
     if model_type not in tf.CONFIG_MAPPING:
         raise FedleakError(f"{cfg_file}: model_type {model_type!r} is not an architecture transformers "
                            f"{tf.__version__} knows")
+    if odd:  # integer tensors are allowed as buffers (BERT's position_ids), never as weights
+        buffers = _buffer_names(folder)
+        weights = [n for n in sorted(odd) if not any(b == n or b.endswith("." + n) for b in buffers)]
+        if weights:
+            file, dtype = odd[weights[0]]
+            raise FedleakError(f"{file}: weights must be floating point (F16, BF16, F32, F64), got {weights[0]} "
+                               f"({dtype}), which is no buffer of config.json's architecture; fedleak does not "
+                               "cast quantized or integer weights")
     return folder, config
+
+
+def _buffer_names(folder: Path) -> set:
+    """The buffers (not parameters) of the architecture config.json describes, built on the meta device."""
+    import torch
+
+    tf = transformers_module()
+    with translated(f"--model {folder} (config.json)"):
+        config = tf.AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+        with torch.device("meta"):
+            skeleton = tf.AutoModel.from_config(config, trust_remote_code=False)
+    return {name for name, _ in skeleton.named_buffers()}
 
 
 def folder_task(folder) -> str:
