@@ -27,6 +27,7 @@ from .execute.engine import Auditor
 from .execute.progress import reporter
 from .execute.steps import RunContext
 from .execute.tuning import surrogate_clients
+from .judge import membership as judge_membership
 from .judge.verdict import RULE, TEXT_RULE, evidence_sentence
 from .plan import text as text_plan
 from .plan import threats
@@ -54,8 +55,14 @@ def _config(config, settings: dict) -> AuditConfig:
     return base
 
 
-def audit(config=None, *, out="fedleak-report", progress="auto", log=print, threads: int = 1, **settings) -> dict:
+def audit(config=None, *, out="fedleak-report", progress="auto", log=print, threads: int = 1, flower_app=None,
+          **settings) -> dict:
     """Audit a deployment and write ``out/report.html`` and ``out/metrics.json``; returns the metrics.
+
+    ``flower_app``: the folder of a Flower app, run in Flower's simulation with its own strategy audited
+    (:func:`fedleak.integrations.flower.app_audit.audit_flower_app`, whose keywords — ``run_config``,
+    ``malicious_run_config``, ``supernodes``, ``canaries``, ``model``, ``data``, ``share_truth`` — go in
+    ``settings``); ``config`` must then be ``None``.
 
     Runs on ``threads`` torch CPU threads (default 1, as ``fedleak audit``; restored afterwards):
     the unrolled FedAvg attacks' results depend on the thread count (measured: Dimitrov et al.'s
@@ -67,6 +74,10 @@ def audit(config=None, *, out="fedleak-report", progress="auto", log=print, thre
 
     if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 1024:
         raise FedleakError(f"threads must be an integer from 1 to 1024, got {threads!r}")
+    if flower_app is not None:
+        from ..integrations.flower.app_audit import api_audit
+
+        return api_audit(flower_app, config, out=out, log=log, **settings)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -200,6 +211,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
                 if text_membership.wanted(cfg):
                     point.data["membership"] = text_membership.measure_point(cfg, auditor.model, spec, pool, outside,
                                                                              plan, show)
+                    judge_membership.fold(point.data)  # a finding of the honest server: its verdict and evidence
             point.data["verdicts"] = {k: v["verdict"] for k, v in point.data["threat_models"].items()}
             points.append(point.data)
             examples.append(point.examples)
@@ -301,7 +313,7 @@ def _log_summary(log, result: dict, out: Path) -> None:
         for name, tm in point["threat_models"].items():
             log(report.verdict_sentence(name, tm, quick=bool(result.get("quick"))))
             if tm.get("evidence"):
-                log(f"  Evidence — {evidence_sentence(tm)}.")
+                log(f"  Evidence — {tm.get('evidence_text') or evidence_sentence(tm)}.")
         if "malicious" in point["scenarios"]:
             log(report.imprint_sentence(point["scenarios"]["malicious"]))
         eps = report.epsilon_text(point)

@@ -62,6 +62,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "test: half of them (seeded) are put in the audited client's data, the rest are not")
     g.add_argument("--text-field", help="text field of .jsonl records (default text)")
     g.add_argument("--label-field", help="label field of .jsonl records for classifiers (default label)")
+    g = p.add_argument_group("your Flower app (docs/flower.md, 'Audit your app')")
+    g.add_argument("--flower-app", metavar="PATH", help="run the Flower app in PATH (its pyproject.toml, ServerApp, "
+                   "ClientApp) in Flower's simulation with its strategy audited; --model / --data override its "
+                   "[tool.fedleak] table")
+    g.add_argument("--run-config", metavar="'K=V ...'", help="--flower-app: run config overrides, as flwr run's")
+    g.add_argument("--malicious-run-config", metavar="'K=V ...'",
+                   help="--flower-app: the overrides under which the app's ServerApp ships a malicious model (a second run)")
+    g.add_argument("--supernodes", type=int, help="--flower-app: simulated nodes (default: the run config's "
+                   "num-clients, else 2)")
+    g.add_argument("--canaries", type=int, help="--flower-app: DP canaries in the strategy's DP wrapper (0: off; "
+                   "default: the run config's fedleak-canaries)")
+    g.add_argument("--share-truth", action="store_true", default=None,
+                   help="--flower-app: simulated clients share their batch (FEDLEAK_NODE_CONFIG share-truth=true)")
     g = p.add_argument_group("what the audit does")
     g.add_argument("--sweep", metavar="KNOB=V1,V2,...", help=f"one knob over values: {', '.join(KNOBS)}")
     g.add_argument("--attacks", help="comma-separated attacks replacing the threat models' choice (fedleak attacks)")

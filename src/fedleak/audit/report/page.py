@@ -30,6 +30,7 @@ _EXTRA_CSS = """
 .verdict .level { font-size: 1.5rem; font-weight: 700; letter-spacing: .02em; }
 .verdict p { margin: .3rem 0 0; }
 .rule { color: var(--muted); font-size: .9rem; }
+.overall-line { font-size: 1.15rem; margin: .5rem 0 .2rem; }
 td.v { color: #fff; font-weight: 600; }
 """
 
@@ -70,7 +71,10 @@ def verdict_sentence(name: str, tm: dict, prefix: bool = True, quick: bool = Fal
         return text_report.verdict_sentence(THREAT_TITLES[name], tm, prefix)
     head = f"{THREAT_TITLES[name]}: {verdict_label(tm['verdict'], quick)}. " if prefix else ""
     if tm["verdict"] == "not run":
-        return f"{THREAT_TITLES[name]}: not evaluated (no attack of this threat model ran)."
+        why = tm.get("not_run_reason") or "no attack of this threat model ran"
+        return f"{THREAT_TITLES[name]}: not evaluated ({why})."
+    if tm.get("sentence"):  # a result that states its own (a Flower run: what the server saw, client-reported data)
+        return f"{head}{tm['sentence']}"
     caveat = f" {QUICK_CAVEAT}" if quick and tm["verdict"] in ("low", "medium") else ""
     return (f"{head}Its strongest attack, {tm['strongest']}, reconstructs {tm['rec_percent']:.0f}% of a client's "
             f"images recognizably (best mean PSNR {tm['psnr']:.1f} dB).{caveat}")
@@ -202,7 +206,7 @@ def _verdict_boxes(point: dict, quick: bool = False) -> str:
                      f'<div>{html.escape(THREAT_TITLES[name])}</div>'
                      f'<div class="level">{html.escape(verdict_label(tm["verdict"], quick))}</div>'
                      f'<p>{html.escape(verdict_sentence(name, tm, prefix=False, quick=quick))}</p>'
-                     f'<p class="evidence">Evidence — {html.escape(evidence_sentence(tm))}. Assumptions: '
+                     f'<p class="evidence">Evidence — {html.escape(tm.get("evidence_text") or evidence_sentence(tm))}. Assumptions: '
                      f'{html.escape(_assumptions(tm))}.</p></div>')
     return '<div class="verdicts" id="verdicts">' + "".join(boxes) + "</div>"
 
@@ -289,7 +293,9 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
         verdict_html = (f'<p>The configured deployment ({html.escape(result["sweep"]["label"])} = '
                         f'{head["value"]:g}):</p>' + verdict_html.replace('id="verdicts"', 'id="verdicts-configured"')
                         + "<p>Every value of the sweep:</p>" + _sweep_verdict_table(result))
-    parts.append(_section("Verdict", "verdict", verdict_html,
+    from ..judge.overall import html as overall_html
+
+    parts.append(_section("Verdict", "verdict", overall_html(result), verdict_html,
                           f'<p class="rule">Rule: {html.escape(result.get("rule") or RULE)}</p>',
                           f'<p class="rule">{html.escape(EVIDENCE_RULE[:1].upper() + EVIDENCE_RULE[1:])}</p>'))
     parts.append(_section("What to change", "what-to-change", html_text("\n\n".join(result["what_to_change"]))))

@@ -1,0 +1,382 @@
+"""``fedleak audit --flower-app PATH``: the user's own Flower app, run in Flower's simulation, audited.
+
+The app is loaded as Flower loads it (:mod:`.app_loading`), then run by Flower 1.42's own simulation runtime
+(``flwr.simulation.run_simulation._run_simulation``, the function ``flwr-simulation`` calls for ``flwr run`` in
+simulation: the ServerApp in a thread of this process, each ClientApp — the user's, with its mods, model, data
+and train function — in Ray actors). No SuperLink is started, so none can be stale, and no FAB is built, so Flower
+installs no dependencies at run time (``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION`` does not apply; the app's
+dependencies must be installed in this environment, as for ``run_simulation``).
+
+While the app runs, ``flwr.serverapp.strategy.Strategy.start`` is wrapped (:func:`wrapped_start`): whatever
+strategy the ServerApp starts (FedAvg, FedProx, Flower's DP wrappers, …) runs inside
+:class:`.audit.LeakageAudit`, which attacks every reply as the server received it; where the strategy chain holds
+one of Flower's server-side DP wrappers and canaries are asked for, :class:`.canary.CanaryAudit` adds Andrew et
+al.'s canary clients to that wrapper's aggregation (the wrapper's own clipping and noise). A strategy the app
+already wrapped in ``LeakageAudit`` is adopted, not wrapped twice. Ray is shut down afterwards, whatever happened.
+
+**What it cannot see** (said in the report): the clients' data, unless simulated clients opt in to share their
+batch (:func:`.client.share_truth`; ``--share-truth`` sets ``FEDLEAK_NODE_CONFIG="share-truth=true"`` for the
+apps that read it, as ``examples/flower-app`` does); the server-side canaries see the aggregate the DP wrapper
+releases, not what a client-side mod does inside a ClientApp.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ...errors import FedleakError
+from . import app_loading
+
+
+@dataclass
+class Watch:
+    """What the wrapped ``Strategy.start`` saw: the audits and canary wrappers of the run."""
+
+    make_audit: object  # (strategy) -> LeakageAudit
+    canaries: int = 0
+    audits: list = field(default_factory=list)
+    adopted: list = field(default_factory=list)
+    canary_audits: list = field(default_factory=list)
+    strategies: list = field(default_factory=list)
+    out: Optional[Path] = None  # where an adopted audit writes (under --out)
+    emptied: list = field(default_factory=list)  # empty folders an adopted audit made elsewhere (removed after)
+    notes: list = field(default_factory=list)
+    local: threading.local = field(default_factory=threading.local)
+
+
+def chain(strategy) -> list:
+    """The strategy and every strategy it wraps (``.strategy`` attributes), outermost first."""
+    out, node = [], strategy
+    while node is not None and len(out) < 32 and all(node is not seen for seen in out):
+        out.append(node)
+        node = getattr(node, "strategy", None)
+    return out
+
+
+def _add_canaries(top, watch: Watch):
+    """``top`` with a :class:`CanaryAudit` around the outermost server-side DP wrapper of its chain (or unchanged)."""
+    from . import dp as flower_dp
+    from .canary import CanaryAudit
+
+    nodes = chain(top)
+    if any(isinstance(n, CanaryAudit) for n in nodes):
+        return top
+    for index, node in enumerate(nodes):
+        if flower_dp.is_wrapper(node) and hasattr(node, "noise_multiplier"):
+            canary = CanaryAudit(node, watch.canaries, out=None)
+            watch.canary_audits.append(canary)
+            if index == 0:
+                return canary
+            nodes[index - 1].strategy = canary
+            return top
+    watch.notes.append(f"DP canaries asked for ({watch.canaries}) but the strategy "
+                       f"({' > '.join(type(n).__name__ for n in nodes)}) holds no Flower server-side DP wrapper")
+    return top
+
+
+@contextmanager
+def wrapped_start(watch: Watch):
+    """Within the block, every Message-API ``Strategy.start`` runs audited (module docstring)."""
+    from flwr.serverapp.strategy import Strategy
+
+    from .audit import LeakageAudit
+
+    original = Strategy.start
+
+    def start(self, grid, initial_arrays, *args, **kwargs):
+        if getattr(watch.local, "active", False):  # our own wrapper's start reaching Strategy.start
+            return original(self, grid, initial_arrays, *args, **kwargs)
+        watch.local.active = True
+        try:
+            watch.strategies.append(" > ".join(type(n).__name__ for n in chain(self)))
+            top = _add_canaries(self, watch) if watch.canaries else self
+            found = [n for n in chain(top) if isinstance(n, LeakageAudit)]
+            if found:  # the app's own audit: adopted, its files moved under --out before it writes any record
+                if watch.out is not None and not found[0].records:
+                    if found[0].out.is_dir() and not any(found[0].out.iterdir()):
+                        watch.emptied.append(found[0].out)
+                    found[0].out = watch.out
+                    watch.out.mkdir(parents=True, exist_ok=True)
+                watch.adopted.append(found[0])
+            else:
+                top = watch.make_audit(top)
+                watch.audits.append(top)
+            return top.start(grid, initial_arrays, *args, **kwargs)
+        finally:
+            watch.local.active = False
+
+    Strategy.start = start
+    try:
+        yield watch
+    finally:
+        Strategy.start = original
+
+
+@contextmanager
+def environment(share_truth: bool):
+    """The simulation's environment: runtime installs and Flower's telemetry off (no network at run time), the
+    node settings of a sharing simulation."""
+    import flwr.supercore.telemetry as telemetry
+
+    from .client import NODE_CONFIG_ENV
+
+    saved = {k: os.environ.get(k) for k in ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", NODE_CONFIG_ENV,
+                                            "RAY_DEDUP_LOGS", "FLWR_TELEMETRY_ENABLED")}
+    saved_telemetry = telemetry.FLWR_TELEMETRY_ENABLED
+    telemetry.FLWR_TELEMETRY_ENABLED = os.environ["FLWR_TELEMETRY_ENABLED"] = "0"  # read per event; Ray actors too
+    os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
+    os.environ["RAY_DEDUP_LOGS"] = "0"
+    if share_truth:
+        current = os.environ.get(NODE_CONFIG_ENV, "")
+        if "share-truth" not in current:
+            os.environ[NODE_CONFIG_ENV] = (current + " share-truth=true").strip()
+    try:
+        yield
+    finally:
+        telemetry.FLWR_TELEMETRY_ENABLED = saved_telemetry
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def stop_ray() -> None:
+    """Shut Ray down if this process started it (nothing left running)."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - Flower's simulation extra absent
+        return
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def supernodes_of(app: app_loading.FlowerApp, given: Optional[int]) -> int:
+    value = given if given is not None else app.settings.get("supernodes", app.run_config.get("num-clients", 2))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise FedleakError(f"--supernodes must be an integer from 1 to 64 (simulated nodes on this machine), "
+                           f"got {value!r}")
+    return value
+
+
+def canaries_of(app: app_loading.FlowerApp, given: Optional[int]) -> int:
+    value = given if given is not None else app.run_config.get("fedleak-canaries", app.settings.get("canaries", 0))
+    if isinstance(value, bool) or not isinstance(value, int) or not (value == 0 or 2 <= value <= 100_000):
+        raise FedleakError(f"canaries (--canaries, run config fedleak-canaries, [tool.fedleak] canaries) must be 0 "
+                           f"(off) or an integer from 2 to 100000, got {value!r}")
+    return value
+
+
+def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_truth: bool) -> None:
+    """Run the app in Flower's simulation runtime, audited; Ray is stopped afterwards, whatever happened."""
+    from flwr.app import Context, RecordDict
+    from flwr.simulation.run_simulation import _run_simulation
+    context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config=dict(app.run_config))
+    backend = {"init_args": {"num_cpus": max(1, min(supernodes, os.cpu_count() or 1)), "include_dashboard": False},
+               "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
+    from flwr.supercore.telemetry import EventType as Telemetry
+
+    try:
+        with environment(share_truth), wrapped_start(watch):
+            _run_simulation(num_supernodes=supernodes, exit_event=Telemetry.PYTHON_API_RUN_SIMULATION_LEAVE,
+                            server_app_attr=app.server_ref, client_app_attr=app.client_ref,
+                            backend_config=backend, app_dir=str(app.path), is_app=True,
+                            server_app_context=context)
+    except FedleakError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - whatever ended the user's run is named, in one line
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        cause = exc.__cause__ or exc
+        raise FedleakError(f"the Flower run of {app.path.name} ended: {app_loading._one_line(cause)}") from None
+    finally:
+        stop_ray()
+        for audit in watch.audits + watch.adopted:
+            try:
+                audit.close()
+            except Exception:  # noqa: BLE001 - closing an audit's pool never masks the run's outcome
+                pass
+        for folder in watch.emptied:  # nothing left outside --out: the empty folders the app's audit made
+            for empty in (folder, folder.parent):
+                try:
+                    empty.rmdir()
+                except OSError:
+                    break
+
+
+def _protocol(settings: dict):
+    from ...types import Protocol
+
+    try:
+        return Protocol(str(settings.get("algorithm", "fedavg")), epochs=int(settings.get("local-epochs", 1)),
+                        batch_size=settings.get("batch-size"), lr=float(settings.get("lr", 0.01)), reshuffle=False)
+    except (FedleakError, TypeError, ValueError) as exc:
+        raise FedleakError(f"[tool.fedleak] of the app: {exc}") from None
+
+
+def _budget(audits) -> tuple:
+    """``(iterations, budget_factor)`` of the optimization attack the audits built (``(None, None)`` if none)."""
+    for audit in audits:
+        for attack in [audit.attack, *getattr(audit, "_attacks", {}).values()]:
+            options = getattr(attack, "options", None)
+            iterations = getattr(options, "iterations", None)
+            if isinstance(iterations, int):
+                try:
+                    return iterations, iterations / type(options)().iterations
+                except Exception:  # noqa: BLE001 - an options class without defaults: the factor stays unknown
+                    return iterations, None
+    return None, None
+
+
+def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth, flower_out, log) -> dict:
+    """Load the app afresh, run it audited, return what the run recorded."""
+    from ... import data as datasets
+    from ...audit.plan.model_loading import prepare_model
+    from .audit import LeakageAudit
+
+    app = app_loading.load(path, run_config)
+    try:
+        nodes, count = supernodes_of(app, supernodes), canaries_of(app, canaries)
+        share = bool(app.settings.get("share-truth", False)) if share_truth is None else bool(share_truth)
+        spec = datasets.spec_for(str(data or app.settings.get("data", "digits")))
+        reference = model or app.settings.get("model")
+        net = prepare_model(str(reference), spec) if reference else None  # the app folder is on sys.path (load_app)
+        iterations = app.settings.get("iterations")
+        attack = str(app.settings.get("attack", "auto"))
+
+        def make_audit(strategy):
+            if net is None:
+                raise FedleakError(f"--flower-app {path}: fedleak needs the model the federation trains to attack a "
+                                   "reply: set [tool.fedleak] model = \"MODULE:FACTORY\" in the app's pyproject.toml "
+                                   "(or --model)")
+            return LeakageAudit(strategy, net, flower_out, spec=spec, protocol=_protocol(app.settings), attack=attack,
+                                attack_options={"iterations": int(iterations)} if iterations else None)
+
+        watch = Watch(make_audit, count, out=flower_out)
+        log(f"fedleak: running {app.name} ({app.server_ref}, {app.client_ref}) in Flower's simulation: {nodes} "
+            f"node(s){', DP canaries: ' + str(count) if count else ''}{', clients share their batch' if share else ''}")
+        simulate(app, watch, nodes, share)
+        audits = watch.audits + watch.adopted
+        if not audits:
+            raise FedleakError(f"--flower-app {path}: the ServerApp started no Message-API strategy "
+                               "(flwr.serverapp.strategy.Strategy.start was never called), so fedleak could not wrap "
+                               "it; a legacy flwr.server strategy is audited with LeakageRecorder instead")
+        records = [r for a in audits for r in a.records]
+        if records and all(r.get("status") == "error" for r in records):
+            raise FedleakError(f"--flower-app {path}: every ClientApp reply was an error (first: "
+                               f"{records[0].get('reason', '?')[:200]})")
+        canary = None
+        for c in watch.canary_audits:
+            if c.rounds:
+                canary = c.report()
+        first = audits[0]
+        iterations, factor = _budget(audits)
+        return {"records": records, "canary": canary, "notes": watch.notes, "strategies": watch.strategies,
+                "spec": first.spec or spec, "model": first.model, "model_name": str(reference or
+                                                                                  type(first.model).__name__),
+                "supernodes": nodes, "canaries": count, "shipped": any(a.ship is not None for a in audits),
+                "run_config": dict(app.run_config), "iterations": iterations, "budget_factor": factor, "app": app.name,
+                "outs": sorted({str(a.out) for a in audits})}
+    finally:
+        app_loading.forget_modules(app)
+
+
+def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = None,
+                     malicious_run_config: Optional[str] = None, supernodes: Optional[int] = None,
+                     canaries: Optional[int] = None, model: Optional[str] = None, data: Optional[str] = None,
+                     share_truth: Optional[bool] = None, log=print) -> dict:
+    """Run the Flower app at ``path`` in Flower's simulation with its strategy audited; write ``out/report.html``
+    and ``out/metrics.json`` (the audit's format) and return the metrics (module docstring).
+
+    ``run_config``: ``"key=value …"`` overrides, as ``flwr run --run-config``. ``malicious_run_config``: overrides
+    under which the app's own ServerApp ships a malicious model (``examples/flower-app``: ``"malicious=true"``;
+    default ``[tool.fedleak] malicious-run-config``), audited in a second run; without it the malicious server is
+    not run (fedleak does not change the model the app's ClientApp builds). ``supernodes``, ``canaries``,
+    ``model``, ``data``, ``share_truth`` override the app's ``[tool.fedleak]`` (:mod:`.app_loading`).
+    """
+    import time
+
+    from ...runs.lock import OutLock
+    from ...runs.outdir import prepare_out_dir
+    from . import app_report
+
+    out = prepare_out_dir(out, "--out")
+    log = log or (lambda *_: None)
+    checked = app_loading.load(path, run_config)  # not an app, a component that does not import, bad --run-config:
+    app_loading.forget_modules(checked)          # one line before anything is written
+    if malicious_run_config is None:
+        malicious_run_config = app_loading.read(path).settings.get("malicious-run-config")
+    out.mkdir(parents=True, exist_ok=True)
+    with OutLock(out, "fedleak audit --flower-app"):
+        start = time.monotonic()
+        common = dict(supernodes=supernodes, canaries=canaries, model=model, data=data, share_truth=share_truth,
+                      log=log)
+        honest = _one_run(path, run_config, flower_out=out / "flower", **common)
+        malicious, reason = None, ("fedleak does not change the model the app's ClientApp builds; give the run config "
+                                   "under which the app's ServerApp ships a malicious model (--malicious-run-config, "
+                                   "or [tool.fedleak] malicious-run-config) to audit that threat")
+        if malicious_run_config:
+            both = " ".join(x for x in (run_config, str(malicious_run_config)) if x)
+            malicious = _one_run(path, both, flower_out=out / "flower-malicious", **{**common, "canaries": 0})
+            if not malicious["shipped"]:
+                raise FedleakError(f"--malicious-run-config {malicious_run_config!r}: the app's ServerApp shipped no "
+                                   "malicious model under it (its LeakageAudit has no ship=)")
+        if honest["shipped"]:  # the app ships a malicious model by default: its run is the malicious one
+            malicious, honest = honest, {**honest, "records": []}
+            reason = "the app's ServerApp ships a malicious model under this run config"
+        result = app_report.build(path, honest, malicious, time.monotonic() - start, reason)
+        spec = honest["spec"]
+        shown = app_report.examples(honest["records"] + (malicious["records"] if malicious else []), spec)
+        app_report.write(out, result, shown)
+    log(f"{result['overall']['line']}")
+    for part in result["overall"]["parts"]:
+        log(f"  {part['name']}: {part['level']} — {part['evidence']}")
+    log(f"Not seen: {app_report.CANNOT_SEE}.")
+    log(f"report: {out / 'report.html'}  metrics: {out / 'metrics.json'}  records: "
+        f"{', '.join(result['flower']['records'])}")
+    return result
+
+
+def from_args(args) -> dict:
+    """``fedleak audit --flower-app PATH …``: the flags of :func:`audit_flower_app` (the other audit flags that
+    describe a deployment do not apply and are refused, naming them)."""
+    ignored = [f"--{k.replace('_', '-')}" for k in ("weights", "algorithm", "epochs", "batch_size", "defense",
+                                                     "sweep", "attacks", "samples", "clients", "config")
+               if getattr(args, k, None) not in (None, False)]
+    if ignored:
+        raise FedleakError(f"--flower-app runs the app as it is: {', '.join(ignored)} describe(s) another deployment "
+                           "and cannot be combined with it")
+    quiet = bool(getattr(args, "quiet", False) or getattr(args, "no_progress", False))
+    return audit_flower_app(args.flower_app, out=args.out, run_config=args.run_config,
+                            malicious_run_config=args.malicious_run_config, supernodes=args.supernodes,
+                            canaries=args.canaries, model=args.model, data=args.data, share_truth=args.share_truth,
+                            log=None if quiet else print)
+
+
+#: the keywords ``fedleak.audit(flower_app=…)`` passes on
+API_KEYS = ("run_config", "malicious_run_config", "supernodes", "canaries", "model", "data", "share_truth")
+
+
+def api_audit(flower_app, config=None, *, out="fedleak-report", log=print, **settings) -> dict:
+    """``fedleak.audit(flower_app=PATH, …)``: arguments checked, naming the one that is wrong."""
+    if config is not None:
+        raise FedleakError("fedleak.audit(flower_app=…): config describes another deployment; pass None")
+    unknown = sorted(set(settings) - set(API_KEYS))
+    if unknown:
+        raise FedleakError(f"fedleak.audit(flower_app=…): unknown argument(s) {', '.join(unknown)} (allowed: "
+                           f"{', '.join(API_KEYS)})")
+    if not isinstance(flower_app, (str, os.PathLike)):
+        raise FedleakError(f"fedleak.audit(): flower_app must be a folder path, got {type(flower_app).__name__}")
+    for key in ("run_config", "malicious_run_config", "model", "data"):
+        if settings.get(key) is not None and not isinstance(settings[key], str):
+            raise FedleakError(f"fedleak.audit(): {key} must be a string, got {type(settings[key]).__name__}")
+    if settings.get("share_truth") is not None and not isinstance(settings["share_truth"], bool):
+        raise FedleakError("fedleak.audit(): share_truth must be True, False or None")
+    if log is not None and not callable(log):
+        raise FedleakError(f"fedleak.audit(): log must be a callable (e.g. print) or None, got {type(log).__name__}")
+    return audit_flower_app(flower_app, out=out, log=log, **settings)

@@ -1,0 +1,255 @@
+"""The records of an audited Flower run → the same ``metrics.json`` / ``report.html`` as ``fedleak audit``.
+
+One *point* in the audit's shape (:mod:`fedleak.audit.run`): one scenario (``flower``: the app's own clients and
+protocol) with one summary per attack over every attacked reply, and the two threat models judged by the audit's
+own judge (:func:`fedleak.audit.judge.verdict.judge_evidence`) where the clients shared their batch (Rec % and
+PSNR against it, client-reported). Without a shared batch the server knows only what the attack itself shows: the
+threat model's verdict is the worst per-reply level of :func:`.scoring.leakage_level` (``high`` only from a
+verbatim readout, else ``inconclusive``), and the report says the data was not seen. The DP claim comes from
+:class:`.canary.CanaryAudit`'s one-run test where canaries ran. Grids: each shared batch of the last round beside
+its reconstruction (matched by PSNR, as the audit does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ...audit.judge.verdict import judge_evidence, worst
+from ...audit.plan.threats import HONEST, MALICIOUS
+
+#: what a server-side audit of a simulated Flower app cannot see (stated in every report)
+CANNOT_SEE = ("the clients' data (their batches are scored only where a simulated client opted in to share it; a "
+              "deployment's clients never do), the ClientApp's internals (a client-side DP mod is seen only through "
+              "the reply it shapes), and anything the strategy never sends or receives")
+IMPRINT = ("imprint", "imprint-sparse", "imprint-one-shot", "cah")
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def attack_summaries(records: list, iterations: Optional[int] = None, factor: Optional[float] = None) -> dict:
+    """``{attack: summary}`` over the attacked replies, in the audit's summary shape."""
+    out: dict = {}
+    for r in records:
+        if r.get("status") != "attacked":
+            continue
+        out.setdefault(str(r.get("attack")), []).append(r)
+    summaries = {}
+    for name, rs in out.items():
+        scored = [r for r in rs if r.get("rec_percent") is not None]
+        kind = "analytic" if name.split("/")[0] in IMPRINT else "optimization"
+        s = {"attack": name, "title": name, "kind": kind, "targets": len(scored), "replies": len(rs), "scored_targets": len(scored),
+             "options": {}, "seconds": None, "threshold": next((r["threshold"] for r in scored if r.get("threshold")),
+                                                                20.0),
+             "iterations": iterations if kind == "optimization" else None,
+             "budget_factor": factor if kind == "optimization" else None, "tuned": False, "tuning_trials": 0,
+             "verbatim": sum(int(r.get("verbatim") or 0) for r in rs),
+             "levels": [(r.get("leakage") or {}).get("level") for r in rs]}
+        for key in ("psnr", "ssim", "rec_percent", "iip"):
+            s[key] = _mean([r.get(key) for r in scored])
+        s["psnr_per_input"] = [p for r in scored for p in (r.get("psnr_per_input") or [])]
+        s["per_client"] = [{"target": f"round {r['round']}, node {r['client']}", "psnr": r.get("psnr"),
+                            "rec_percent": r.get("rec_percent"), "num_inputs": r.get("num_examples")} for r in scored]
+        if scored:
+            s["rec_percent_min"] = min(r["rec_percent"] for r in scored)
+            s["rec_percent_max"] = max(r["rec_percent"] for r in scored)
+        summaries[name] = s
+    return summaries
+
+
+def threat_model(summaries: dict, records: list, knowledge: dict) -> dict:
+    """One threat model's verdict from its attacks' summaries (the audit's judge where the batch was shared)."""
+    if not summaries:
+        return {"verdict": "not run", "rec_percent": None, "psnr": None, "strongest": None, "evidence": None,
+                "assumptions": knowledge}
+    scored = {n: s for n, s in summaries.items() if s.get("rec_percent") is not None}
+    levels = [lv for s in summaries.values() for lv in s["levels"] if lv]
+    attacker = worst(levels) if levels else "inconclusive"
+    if scored:
+        tm = judge_evidence(scored, knowledge=knowledge)
+        if attacker == "high" and tm["verdict"] != "high":  # a verbatim readout the batch did not contradict
+            tm["verdict"] = "high"
+        reported = sum(s["scored_targets"] for s in scored.values())
+        total = sum(s["replies"] for s in summaries.values())
+        tm["truth"] = f"client-reported batches of {reported} of {total} attacked replies"
+        tm["sentence"] = (f"Its strongest attack, {tm['strongest']}, reconstructs {tm['rec_percent']:.0f}% of a "
+                          f"client's images recognizably (best mean PSNR {tm['psnr']:.1f} dB), scored against the "
+                          f"batches {reported} of {total} simulated clients shared (client-reported).")
+        return tm
+    strongest = max(summaries, key=lambda n: (summaries[n]["verbatim"], summaries[n]["replies"]))
+    s = summaries[strongest]
+    evidence = next((r["leakage"]["evidence"] for r in records if isinstance(r.get("leakage"), dict)
+                     and r["leakage"].get("level") == attacker), "no reply was scored")
+    sentence = (f"{strongest} read back {s['verbatim']} input(s) verbatim over {s['replies']} replies."
+                if s["verbatim"] else
+                f"{strongest} attacked {s['replies']} replies; no client shared its batch, so what it reconstructed "
+                f"is not scored (the server cannot see the data).")
+    return {"verdict": attacker, "rec_percent": None, "psnr": None, "strongest": strongest,
+            "evidence": "estimated" if attacker == "high" else "not-found", "evidence_text": evidence,
+            "sentence": sentence, "assumptions": knowledge, "budgets": {}, "not_tried": []}
+
+
+def dp_verdict(canary: Optional[dict], mechanisms: list, notes: list) -> Optional[dict]:
+    """The one DP verdict of the run: the canaries' claim test, else what is known without it."""
+    if canary:
+        test = canary.get("claim_test") or {}
+        m, lower = canary["canaries"], canary.get("epsilon_lower")
+        bound = f"one-run lower bound ε ≥ {lower:.2f}" if isinstance(lower, (int, float)) else "no lower bound"
+        acc = (canary.get("epsilon_accountant") or {}).get("flower_rdp")
+        claimed = f"Flower's accountant ε = {acc:.2f}" if isinstance(acc, (int, float)) else "no accountant ε"
+        if test.get("rejected"):
+            return {"verdict": "violated", "short": f"claim violated at {m:,} canaries",
+                    "evidence": f"proved: the canaries' one-run test rejects the claimed σ (p = {test['p_value']:.2g} "
+                                f"< {test['alpha']}); {bound}; {claimed}"}
+        if test:
+            return {"verdict": "consistent", "short": f"claim holds at {m:,} canaries",
+                    "evidence": f"not found at this budget: the one-run test does not reject the claimed σ "
+                                f"(p = {test['p_value']:.2g}); {bound}, beside {claimed}; a smaller fault than "
+                                f"{m:,} canaries can detect may exist"}
+        return {"verdict": "consistent", "short": f"{bound} at {m:,} canaries",
+                "evidence": f"{bound} beside {claimed}; the strategy reports no σ to test the claim against"}
+    if mechanisms:
+        names = ", ".join(sorted({str(d.get("mechanism") or d.get("wrapper") or "DP") for d in mechanisms}))
+        return {"verdict": "not audited", "short": "configured, not audited",
+                "evidence": f"{names} in force; no canaries ran (set fedleak-canaries in the run config, or "
+                            f"--canaries){'; ' + '; '.join(notes) if notes else ''}"}
+    return None
+
+
+def examples(records: list, spec) -> dict:
+    """``{(label, attack): Example}``: the last round's shared batches beside their matched reconstructions."""
+    from ...audit.execute.steps import example
+    from ...metrics import evaluate
+    from ...types import Reconstruction
+    from .client import load_truth
+
+    shown = [r for r in records if r.get("status") == "attacked" and r.get("truth_file") and r.get("reconstruction")]
+    if not shown:
+        return {}
+    last = max(r["round"] for r in shown)
+    out = {}
+    for r in sorted((r for r in shown if r["round"] == last), key=lambda r: r["client"])[:4]:
+        truth, rec = load_truth(r["truth_file"]), Reconstruction.load(Path(r["reconstruction"]))
+        scores = evaluate(rec, truth, spec)
+        out[(f"round {r['round']}, node {r['client']}", str(r["attack"]))] = example(rec, truth, spec, scores)
+    return out
+
+
+def point(records: list, canary: Optional[dict], malicious: Optional[list], notes: list, settings: dict,
+          iterations: Optional[int], factor: Optional[float] = None) -> dict:
+    """The audit's point for the run: scenarios, threat models, verdicts."""
+    honest_records = records
+    summaries = attack_summaries(honest_records, iterations, factor)
+    knowledge = {"threat_model_sok": "C", "threat_model_sok_name": "Parameter-Aware Eavesdropper",
+                 "batchnorm": None, "labels": "inferred by the attack (never the client's)"}
+    tms = {HONEST: threat_model(summaries, honest_records, knowledge)}
+    if malicious:
+        mal = attack_summaries(malicious, iterations, factor)
+        tms[MALICIOUS] = threat_model(mal, malicious, {**knowledge, "threat_model_sok": "F",
+                                                       "threat_model_sok_name": "Active Manipulator"})
+    else:
+        tms[MALICIOUS] = {"verdict": "not run", "rec_percent": None, "psnr": None, "strongest": None,
+                          "evidence": None, "not_run_reason": settings.get("malicious_reason", "not asked for")}
+    text = (f"Flower app: the strategy {settings.get('strategy', '?')} audited over {settings.get('rounds', '?')} "
+            f"round(s) of {settings.get('supernodes', '?')} simulated node(s); every reply attacked as the server "
+            f"received it. Not seen: {CANNOT_SEE}.")
+    scenarios = {"flower": {"attacks": summaries, "text": text, "records": len(records)}}
+    return {"value": None, "threat_models": tms, "scenarios": scenarios, "epsilon": {},
+            "settings": settings, "verdicts": {k: v["verdict"] for k, v in tms.items()}}
+
+
+def build(path, honest: dict, malicious: Optional[dict], seconds: float, malicious_reason: str) -> dict:
+    """``metrics.json`` of the audited app, in the audit's format (:data:`fedleak.audit.run.FORMAT`)."""
+    from ...audit.judge.overall import overall
+    from ...audit.judge.verdict import RULE
+    from ...audit.run import FORMAT, config_hash, environment
+
+    records = honest["records"]
+    mechanisms = [m for r in records if isinstance(r.get("dp"), dict) for m in r["dp"].get("mechanisms", [])]
+    unique = list({str(sorted(m.items())): m for m in mechanisms if isinstance(m, dict)}.values())
+    rounds = max((int(r["round"]) for r in records if "round" in r), default=0)
+    settings = {"strategy": "; ".join(dict.fromkeys(honest["strategies"])), "rounds": rounds,
+                "supernodes": honest["supernodes"], "malicious_reason": malicious_reason}
+    pt = point(records, honest["canary"], malicious["records"] if malicious else None, honest["notes"], settings,
+               honest["iterations"], honest.get("budget_factor"))
+    defense = [", ".join(f"{k}={v}" for k, v in m.items() if k in ("mechanism", "where", "position", "noise_multiplier",
+                                                                  "clipping_norm", "clipping"))
+               for m in unique] or []
+    spec, model = honest["spec"], honest["model"]
+    config = {"flower_app": str(path), "run_config": honest["run_config"], "supernodes": honest["supernodes"],
+              "canaries": honest["canaries"], "model": honest["model_name"], "weights": None, "defense": defense,
+              "clients": honest["supernodes"], "rounds": rounds, "data": spec.name,
+              "malicious_run_config": malicious["run_config"] if malicious else None}
+    statuses: dict = {}
+    for r in records + (malicious["records"] if malicious else []):
+        statuses[r.get("status", "?")] = statuses.get(r.get("status", "?"), 0) + 1
+    result = {"format": FORMAT, "data": spec.name, "model": honest["model_name"], "seed": None, "quick": False,
+              "parameters": sum(p.numel() for p in model.parameters()), "config": config, "rule": RULE,
+              "modality": getattr(spec, "modality", "image"), "sweep": None, "points": [pt], "headline": 0,
+              "verdicts": pt["verdicts"], "threat_models": pt["threat_models"], "scenarios": pt["scenarios"],
+              "epsilon": {}, "environment": environment("cpu"),
+              "flower": {"app": honest["app"], "strategies": honest["strategies"], "replies": statuses,
+                         "records": honest["outs"] + (malicious["outs"] if malicious else []),
+                         "seconds": seconds, "cannot_see": CANNOT_SEE, "notes": honest["notes"],
+                         "dp_mechanisms": unique, "canaries": honest["canary"]}}
+    claim = dp_verdict(honest["canary"], unique, honest["notes"])
+    if claim:
+        result["dp_verdict"] = claim
+    result["what_to_change"] = what_to_change(result)
+    result["overall"] = overall(result)
+    result["config_hash"] = config_hash(config)
+    return result
+
+
+def what_to_change(result: dict) -> list:
+    lines = [f"Not seen by this audit: {CANNOT_SEE}."]
+    honest = result["threat_models"][HONEST]
+    if honest.get("truth") is None and honest["verdict"] != "not run":
+        lines.append("No simulated client shared its batch, so no reconstruction is scored: run with --share-truth "
+                     "if the app's ClientApp shares it (fedleak.integrations.flower.share_truth), or audit the same "
+                     "model and protocol with fedleak audit --model … to score the attacks on embedded data.")
+    if honest["verdict"] in ("high", "medium"):
+        lines.append("The replies leak the clients' data: add client-side DP (Flower's LocalDpMod or a DP-SGD "
+                     "client), larger local batches, or secure aggregation, and rerun this command.")
+    if result.get("dp_verdict", {}).get("verdict") == "violated":
+        lines.append("The DP claim is violated: the noise the canaries see is below the claimed σ; check where the DP "
+                     "wrapper sits and how many clients it sizes its noise for.")
+    return lines
+
+
+def finite(value):
+    """``value`` with every non-finite float as ``None`` (``metrics.json`` is strict JSON)."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def write(out: Path, result: dict, shown: dict) -> None:
+    """Stage and move in ``metrics.json``, ``report.html`` and the plots (nothing half-written)."""
+    import json
+    import shutil
+
+    from ...audit import report
+    from ...runs.lock import staging_dir
+
+    series = any(s.get("psnr_per_input") for sc in result["points"][0]["scenarios"].values()
+                 for s in sc.get("attacks", {}).values())
+    plots = report.make_plots(result, [shown]) if series else {}
+    staging = staging_dir(out)
+    try:
+        result["plots"] = report.save_plots(staging, plots)
+        (staging / "metrics.json").write_text(json.dumps(finite(result), indent=1, allow_nan=False, default=str))
+        report.write_report(staging, result, [shown], plots)
+        for item in sorted(staging.iterdir(), key=lambda p: p.name == "metrics.json"):
+            item.replace(out / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
