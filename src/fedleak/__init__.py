@@ -31,14 +31,22 @@ The other commands (``fedleak inspect``, ``run``, ``report``, ``convert-gguf``; 
     info = fedleak.convert_gguf("smollm2", "models/smollm2")
 """
 
-from . import attacks, audit, data, fl, metrics, models
-from .errors import FedleakError
-from .fl import Defense, client_update
-from .types import ClientData, DataSpec, Protocol, Reconstruction, Update
-from .workflows import (attack_update, convert_gguf, inspect_model_file, report_run, run_experiment,
-                        simulate_update)
+from importlib import import_module
 
+from .errors import FedleakError
 from .version import __version__
+
+# Everything else is imported on first use (PEP 562), so that `fedleak --help` and the listings start
+# without torch (issue 46): `fedleak.attacks`, `fedleak.audit(...)`, `from fedleak import Update` all work as
+# before and import what they need when first touched.
+_SUBMODULES = ("attacks", "audit", "data", "fl", "metrics", "models")
+_NAMES = {
+    "Defense": "fl", "client_update": "fl",
+    "ClientData": "types", "DataSpec": "types", "Protocol": "types", "Reconstruction": "types", "Update": "types",
+    "attack_update": "workflows", "convert_gguf": "workflows", "inspect_model_file": "workflows",
+    "report_run": "workflows", "run_experiment": "workflows", "simulate_update": "workflows",
+    "dp_audit": "privacy",  # scipy's statistics are not needed by the rest
+}
 
 __all__ = ["ClientData", "DataSpec", "Defense", "FedleakError", "Protocol", "Reconstruction", "Update",
            "__version__", "attack_update", "attacks", "audit", "client_update", "convert_gguf", "data", "dp_audit", "fl",
@@ -46,8 +54,15 @@ __all__ = ["ClientData", "DataSpec", "Defense", "FedleakError", "Protocol", "Rec
 
 
 def __getattr__(name: str):
-    if name == "dp_audit":  # imported on first use (scipy's statistics are not needed by the rest)
-        from .privacy import dp_audit
+    if name in _SUBMODULES:
+        return import_module(f".{name}", __name__)  # the import binds it as this package's attribute
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedleak' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-        return dp_audit
-    raise AttributeError(f"module 'fedleak' has no attribute {name!r}")
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

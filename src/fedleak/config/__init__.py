@@ -13,14 +13,31 @@ Layout: :mod:`.boundary` (the bounds and the strict-model helpers every door use
 (the short text forms), :mod:`.loaders` (third-party file loaders).
 """
 
-from .boundary import MAX_CLIENTS, MAX_ROUNDS, MAX_SAMPLES, MAX_SEED
-from .experiment import MAX_CONFIG_BYTES, OVERRIDABLE, ExperimentConfig, Setting, Variant
-from .experiment_model import SPLITS, THREAT_LABELS, TOP_KEYS, ExperimentFile, parse_config
-from .loading import load_config, load_preset, parse_yaml, presets
-from .overrides import apply_overrides
+from importlib import import_module
+
+# imported on first use (PEP 562): `fedleak.config.cli_args` (the command line's argument types) is read by
+# `fedleak --help` without pydantic or torch (issue 46)
+_NAMES = {
+    "MAX_CLIENTS": "boundary", "MAX_ROUNDS": "boundary", "MAX_SAMPLES": "boundary", "MAX_SEED": "boundary",
+    "MAX_CONFIG_BYTES": "experiment", "OVERRIDABLE": "experiment", "ExperimentConfig": "experiment",
+    "Setting": "experiment", "Variant": "experiment",
+    "SPLITS": "experiment_model", "THREAT_LABELS": "experiment_model", "TOP_KEYS": "experiment_model",
+    "ExperimentFile": "experiment_model", "parse_config": "experiment_model",
+    "load_config": "loading", "load_preset": "loading", "parse_yaml": "loading", "presets": "loading",
+    "apply_overrides": "overrides",
+}
 
 __all__ = [
     "ExperimentConfig", "ExperimentFile", "Setting", "Variant", "apply_overrides", "load_config", "load_preset",
     "parse_config", "parse_yaml", "presets", "MAX_CLIENTS", "MAX_SAMPLES", "MAX_SEED", "MAX_ROUNDS",
     "MAX_CONFIG_BYTES", "OVERRIDABLE", "SPLITS", "THREAT_LABELS", "TOP_KEYS",
 ]
+
+
+def __getattr__(name: str):
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedleak.config' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

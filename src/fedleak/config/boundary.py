@@ -28,20 +28,8 @@ from typing import Annotated, Any, Optional, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from ..errors import FedleakError
-from ..types.limits import MAX_EPOCHS, MAX_SAMPLES  # noqa: F401  (re-exported: the one set of bounds)
-
-#: bounds of numbers that carry none of their own (a value beyond them overflows later arithmetic);
-#: every door (CLI flags, YAML, attack options, specs, the Python API) uses these and the named ones below
-MAX_INT = 2 ** 31 - 1
-MAX_FLOAT = 1e12
-#: seeds (torch's generator takes 64 bits; a seed of the CLI, YAML or an attack option fits 32)
-MAX_SEED = 2 ** 32 - 1
-#: clients of one run, rounds of a federation; samples of one client and local epochs are the value types' own
-#: bounds (:mod:`fedleak.types.limits`, checked again where a Protocol or ClientData is built): one set, not two
-MAX_CLIENTS = 100_000
-MAX_ROUNDS = 100_000
-#: the largest learning rate, defense strength or other positive rate (beyond it float32 updates overflow)
-MAX_RATE = 1e6
+from ..bounds import (MAX_CLIENTS, MAX_EPOCHS, MAX_FLOAT, MAX_INT, MAX_RATE,  # noqa: F401  (re-exported: the
+                      MAX_ROUNDS, MAX_SAMPLES, MAX_SEED)  # one set of bounds, fedleak.bounds)
 
 _STRICT = ConfigDict(strict=True, extra="forbid", arbitrary_types_allowed=True)
 

@@ -58,7 +58,7 @@ def parse_dtype(name: str):
 
 # -- argument types (bounds stop absurd sizes before any memory is spent) -------------------------
 
-from .boundary import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED  # noqa: E402  (one set of bounds)
+from ..bounds import MAX_CLIENTS, MAX_RATE, MAX_SAMPLES, MAX_SEED  # noqa: E402  (one set of bounds)
 
 MAX_FLOAT = MAX_RATE  # the largest value of a positive float flag (--lr 1e308 would overflow the update)
 

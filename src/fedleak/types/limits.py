@@ -13,12 +13,8 @@ Params = dict[str, torch.Tensor]
 
 ALGORITHMS = ("fedsgd", "fedavg")
 
-#: Bounds that stop absurd sizes where values enter (before any memory is spent).
-MAX_SIDE = 16384  # channels, height or width of one input
-MAX_INPUT_NUMEL = 2 ** 28
-MAX_CLASSES = 1_000_000
-MAX_EPOCHS = 100_000
-MAX_SAMPLES = 1_000_000  # samples of one client, a batch size (the config boundary uses this one too)
+#: Bounds that stop absurd sizes where values enter (before any memory is spent): :mod:`fedleak.bounds`.
+from ..bounds import MAX_CLASSES, MAX_EPOCHS, MAX_INPUT_NUMEL, MAX_SAMPLES, MAX_SIDE  # noqa: E402,F401
 
 
 def _is_int(value: object) -> bool:
