@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from fedleak.attacks.optimize import OptimizerConfig, optimize
@@ -96,13 +97,68 @@ def test_audit_log_progress_heartbeat_and_eta(monkeypatch):
     try:
         show({"stage": "plan: 2 attack run(s)", "plan": {"attacks": 2}})
         show({"stage": "fedsgd: IG", "attack": True})
-        show({"stage": "fedsgd: IG", "step": 4, "total": 100, "loss": 0.6})
-        show({"stage": "fedsgd: IG", "step": 5, "total": 100, "loss": 0.5})  # two reports: a measured rate
+        show({"stage": "fedsgd: IG", "step": 14, "total": 100, "loss": 0.6})
+        show({"stage": "fedsgd: IG", "step": 15, "total": 100, "loss": 0.5})  # a tenth of the run: a measured rate
         time.sleep(0.6)  # a long iteration: the heartbeat must speak
     finally:
         show.close()
     text = stream.getvalue()
-    assert "attack 1/2 fedsgd: IG: iteration 5/100, loss 0.5; ETA ~" in text, text
+    assert "attack 1/2 fedsgd: IG: iteration 15/100, loss 0.5; ETA ~" in text, text
+
+
+class _Clock:
+    """A fake ``time`` for :class:`LogProgress` (``perf_counter`` only moves when told)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def _eta_seconds(line):
+    """Seconds of the ``ETA ~...`` in a line (:func:`fedleak.runs.heartbeat.duration`'s format), or None."""
+    import re
+
+    m = re.search(r"ETA ~((?:\d+ h )?(?:\d+ min )?(?:\d+ s)?)", line)
+    if not m:
+        return None
+    parts = dict((unit, int(n)) for n, unit in re.findall(r"(\d+) (h|min|s)", m.group(1)))
+    return parts.get("h", 0) * 3600 + parts.get("min", 0) * 60 + parts.get("s", 0)
+
+
+def test_audit_log_lines_two_per_attack_and_an_eta_ending_at_zero(monkeypatch):
+    """Issue 46: off a terminal a 0.1-s attack takes two lines (start, end), not 11; the ETA is the plan's remaining
+    work at the measured rate, rises no more than the measured slowdown and reads 0 at the end."""
+    import fedleak.audit.execute.progress as progress
+
+    clock = _Clock()
+    monkeypatch.setattr(progress, "time", clock)
+    stream = io.StringIO()
+    show = LogProgress(stream=stream, heartbeat=False)
+    per_step = [0.001] * 4 + [0.002] * 2  # six attacks of 100 steps; the last two run at half the speed
+    show({"stage": "plan: 6 attack run(s)", "plan": {"attacks": 6}})
+    etas, rates = [], []
+    for i, seconds in enumerate(per_step):
+        show({"stage": f"fedsgd: attack {i}", "attack": True})
+        for step in range(1, 101):
+            clock.now += seconds
+            show({"stage": f"fedsgd: attack {i}", "step": step, "total": 100, "loss": 1.0 / step})
+            if step % 25 == 0:
+                etas.append(show.eta())
+                rates.append(clock.now / (i + step / 100))
+    show({"stage": "writing the report"})
+    show.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 + 2 * 6 + 1, lines  # the plan, a start and an end per attack, the report
+    ends = [line for line in lines if ": done in " in line]
+    assert len(ends) == 6 and "(iteration 100/100, loss 0.01)" in ends[0]
+    assert _eta_seconds(ends[-1]) == 0 and show.eta() == 0.0
+    # over the first four attacks (one speed) the ETA only falls; after them it rises by at most the slowdown
+    for (a, b), (ra, rb) in zip(zip(etas, etas[1:]), zip(rates, rates[1:])):
+        assert b <= a * (rb / ra) + 1e-9, (a, b, ra, rb)
+    assert all(b < a for a, b in zip(etas[:16], etas[1:16]))
+    assert etas[0] == pytest.approx(0.1 * 5.75, rel=0.01)  # 5.75 runs left at 0.1 s a run
 
 
 def test_optimize_logs_to_the_fedleak_logger_without_a_reporter(monkeypatch, caplog):

@@ -5,10 +5,11 @@ one attack on one client, the report) and ``{"stage": text, "step": s, "total": 
 "unit": u}`` while an attack runs (``loss`` is ``None`` for an exact attack's search steps);
 ``{"stage": text, "plan": {"attacks": N}}`` announces the work before it starts and attack stages
 carry ``"attack": True``. Three reporters implement it: a tqdm bar (an interactive terminal), log
-lines (stderr is not a terminal: CI, nohup; one line per stage, one every ``every`` percent of a
-long attack — optimization iterations and exact attacks' search steps alike,
-:mod:`fedleak.attacks.progress` —, an ETA from measured rates, and a heartbeat at least every
-30 s), and nothing (``--quiet``). Library users pass their own callable to :func:`fedleak.audit`.
+lines (stderr is not a terminal: CI, nohup; :class:`LogProgress`: one line per stage, one when each
+attack starts and one when it ends, and between them a heartbeat with the step counter at most every
+30 s — optimization iterations and exact attacks' search steps alike, :mod:`fedleak.attacks.progress` —,
+with an ETA from the plan's remaining work), and nothing (``--quiet``). Library users pass their own
+callable to :func:`fedleak.audit`.
 """
 
 from __future__ import annotations
@@ -21,26 +22,26 @@ ProgressFn = Callable[[dict], None]
 
 
 class LogProgress:
-    """Log lines: one per stage, one every ``every`` percent of an optimization, and a heartbeat.
+    """Log lines off a terminal: one per stage, one when an attack starts and one when it ends, and a heartbeat.
 
-    A ``{"stage": ..., "plan": {"attacks": N}}`` event announces how many attack runs follow; each
-    attack's stage event carries ``"attack": True``. From the measured time of the attack runs so
-    far (the running one counted by its share of iterations) every line after the first iterations
-    carries an ETA, stated as an estimate. No line for ``FEDLEAK_PROGRESS_INTERVAL`` seconds (default
-    30) makes the heartbeat repeat the current stage, iteration and loss
-    (:mod:`fedleak.runs.heartbeat`). Every line also goes to the ``fedleak`` logger.
+    A ``{"stage": ..., "plan": {"attacks": N}}`` event announces how many attack runs follow; each attack's
+    stage event carries ``"attack": True`` and ends the previous attack (its end line says how long it ran).
+    While an attack runs, its (step, total) reports are only recorded: the heartbeat writes the counter, the
+    step and the loss after ``FEDLEAK_PROGRESS_INTERVAL`` seconds (default 30) without a line
+    (:mod:`fedleak.runs.heartbeat`), so a 0.1-s attack takes two lines and a 10-minute one a line every 30 s
+    (issue 46). Every line also goes to the ``fedleak`` logger. The ETA (:meth:`eta`) is the plan's remaining
+    work at the measured rate.
     """
 
     def __init__(self, stream=None, every: float = 10.0, heartbeat: bool = True):
         self.stream = stream if stream is not None else sys.stderr
-        self.every = every
+        self.every = every  # kept for callers that pass it; lines come from stages and the heartbeat only
         self.stage = ""
-        self.next_percent = 0.0
         self.start = time.perf_counter()
         self.total_attacks, self.attacks, self.attack_start, self.attack_seconds = 0, 0, None, 0.0
+        self.fraction = 0.0  # of the running attack: the furthest step/total of its loops
         self.step: Optional[tuple] = None
-        self.first: Optional[tuple] = None  # (time, step) of the running loop's first report
-        self.step_time, self.unit = self.start, "iteration"
+        self.unit = "iteration"
         self.in_attack, self.beat = False, None
         if heartbeat:
             from ...runs.heartbeat import Heartbeat
@@ -57,30 +58,25 @@ class LogProgress:
             self.beat.wrote()
 
     def eta(self) -> Optional[float]:
-        """Seconds left, from measurements only, recomputed on every line (corrected, not only raised).
+        """Seconds left: the plan's remaining attack runs times the measured seconds per run.
 
-        The running attack: its steps left times its seconds per step measured from its first to its
-        latest report (set-up excluded), counted down since that report; before two reports, the mean
-        finished attack's time minus what it has run. The attacks after it: the mean finished attack's time, or before any finished, the
-        running attack's projected time. ``None`` before a measurement.
+        Work is counted in attack runs, the running one by the furthest share of steps its loops reached; the
+        rate is all attack time so far over the work done. The remaining work only falls, so the ETA rises
+        only by as much as the measured rate does (a measured slowdown), and it is 0 once the planned runs
+        are done. ``None`` before a tenth of a run is measured (a rate from the first step of the first
+        attack would count its set-up as its speed).
         """
         if not self.total_attacks or self.attack_start is None:
             return None
-        now = time.perf_counter()
-        finished = self.attacks - 1
-        mean = self.attack_seconds / finished if finished > 0 else None
-        rate = None
-        if self.step is not None and self.first is not None and self.step[0] > self.first[1]:
-            rate = (self.step_time - self.first[0]) / (self.step[0] - self.first[1])
-        if rate is not None:
-            step, total = self.step[0], self.step[1]
-            current = max(max(total - step, 0) * rate - (now - self.step_time), 0.0)
-            projected = (now - self.attack_start) + current
-        elif mean is not None:
-            current, projected = max(mean - (now - self.attack_start), 0.0), mean
-        else:
+        running = self.in_attack
+        spent = self.attack_seconds + (time.perf_counter() - self.attack_start if running else 0.0)
+        done = (self.attacks - 1 + self.fraction) if running else self.attacks
+        remaining = max(self.total_attacks - done, 0.0)
+        if remaining == 0:
+            return 0.0
+        if done < 0.1:
             return None
-        return current + max(self.total_attacks - self.attacks, 0) * (mean if mean is not None else projected)
+        return remaining * spent / done
 
     def _eta_text(self) -> str:
         from ...runs.heartbeat import duration
@@ -91,44 +87,48 @@ class LogProgress:
     def _counter(self) -> str:
         return f"attack {self.attacks}/{self.total_attacks} " if self.total_attacks and self.in_attack else ""
 
+    def _where(self) -> str:
+        if self.step is None:
+            return ""
+        step, total, loss = self.step
+        return f"{self.unit} {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
+
     def _heartbeat_line(self) -> str:
-        it = ""
-        if self.step is not None:
-            step, total, loss = self.step
-            it = f": {self.unit} {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
-        return f"{self._counter()}{self.stage}{it}{self._eta_text()}"
+        where = self._where()
+        return f"{self._counter()}{self.stage}{': ' + where if where else ''}{self._eta_text()}"
+
+    def _end_attack(self) -> None:
+        """The running attack ended: add its time and write its end line."""
+        if not self.in_attack or self.attack_start is None:
+            return
+        seconds = time.perf_counter() - self.attack_start
+        counter, where = self._counter(), self._where()
+        self.attack_seconds += seconds
+        self.in_attack, self.fraction = False, 0.0
+        self._write(f"{counter}{self.stage}: done in {seconds:.1f} s{' (' + where + ')' if where else ''}"
+                    f"{self._eta_text()}")
 
     def __call__(self, event: dict) -> None:
         stage = event.get("stage", "")
         if "plan" in event:
             self.total_attacks = int(event["plan"].get("attacks") or 0)
         if "step" not in event:
+            self._end_attack()
+            self.stage, self.step, self.fraction = stage, None, 0.0
             if event.get("attack"):
-                now = time.perf_counter()
-                if self.attack_start is not None:
-                    self.attack_seconds += now - self.attack_start
-                self.attacks, self.attack_start = self.attacks + 1, now
-            self.stage, self.next_percent, self.step, self.first = stage, self.every, None, None
-            self.in_attack = bool(event.get("attack"))
-            self._write(f"{self._counter()}{stage}{self._eta_text()}" if self.in_attack else stage)
+                self.attacks, self.attack_start, self.in_attack = self.attacks + 1, time.perf_counter(), True
+                self._write(f"{self._counter()}{stage}{self._eta_text()}")
+            else:
+                self._write(stage)
             return
         total = max(int(event.get("total") or 0), 1)
         step = int(event["step"])
-        if self.step is not None and (step < self.step[0] or total != self.step[1]):
-            self.first, self.next_percent = None, self.every  # a new loop inside the stage: measure afresh
-        self.step, self.step_time, self.unit = (step, total, event.get("loss")), time.perf_counter(), \
-            event.get("unit") or "iteration"
-        if self.first is None:
-            self.first = (self.step_time, step)
-        percent = 100.0 * step / total
-        if percent >= self.next_percent or (self.beat is not None and self.beat.due()):
-            loss = event.get("loss")
-            self._write(f"{self._counter()}{stage}: {percent:3.0f}% ({self.unit} {step}/{total})"
-                        + (f", loss {loss:.3g}" if loss is not None else "") + self._eta_text())
-            while self.next_percent <= percent:
-                self.next_percent += self.every
+        self.step, self.unit = (step, total, event.get("loss")), event.get("unit") or "iteration"
+        if self.in_attack:
+            self.fraction = max(self.fraction, min(step / total, 1.0))
 
     def close(self) -> None:
+        self._end_attack()
         if self.beat is not None:
             self.beat.close()
 
