@@ -139,9 +139,17 @@ def what_to_change(result: dict) -> list[str]:
                      f"{', '.join(f'{v:g}' for v in honest_low)}; the malicious server still leaks there, so "
                      "clients should also verify the model architecture they receive (or run with --no-malicious "
                      "if they already do).")
-    else:
-        lines.append(f"No value of {knob} in this sweep ({', '.join(f'{v:g}' for v in sweep['values'])}) brings the "
-                     "verdict to low; extend the sweep (stronger defense, more clients per aggregate) and rerun.")
+    else:  # issue 46: name the threat model whose verdict stays above low, and any that reaches it
+        values = ", ".join(f"{v:g}" for v in sweep["values"])
+        names = list(result["points"][0]["threat_models"]) if result["points"] else [HONEST]
+        low_at = {n: [p["value"] for p in result["points"] if p["threat_models"][n]["verdict"] == "low"] for n in names}
+        reached = [f"the {n} server's verdict is low at {knob} = {', '.join(f'{v:g}' for v in low_at[n])}"
+                   for n in names if low_at[n]]
+        stuck = [n for n in names if not low_at[n] and any(p["threat_models"][n]["verdict"] != "not run"
+                                                            for p in result["points"])]
+        lines.append(f"No value of {knob} in this sweep ({values}) brings the {' or the '.join(stuck) or 'any'} "
+                     f"server's verdict to low{'; ' + '; '.join(reached) if reached else ''}; extend the sweep "
+                     "(stronger defense, more clients per aggregate) and rerun.")
     inconclusive = [p["value"] for p in result["points"] if p["threat_models"][HONEST]["verdict"] == "inconclusive"]
     if inconclusive:
         lines.append(f"At {' and '.join(f'{knob} = {v:g}' for v in inconclusive)} no attack succeeded, but only at the "
