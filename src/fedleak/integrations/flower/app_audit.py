@@ -172,11 +172,30 @@ def canaries_of(app: app_loading.FlowerApp, given: Optional[int]) -> int:
     return value
 
 
+def flower_run(overrides: dict):
+    """The ``Run`` Flower's ``_run_simulation`` makes when given none, with the run config overrides in it: the
+    simulated nodes' contexts fuse them with the app's defaults (as ``flwr run --run-config`` reaches them)."""
+    from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
+    from flwr.server.superlink.linkstate.utils import generate_rand_int_from_bytes
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+
+    run = Run.create_empty(run_id=generate_rand_int_from_bytes(RUN_ID_NUM_BYTES))
+    run.primary_task_id = generate_rand_int_from_bytes(TASK_ID_NUM_BYTES)
+    run.federation_id = NOOP_FEDERATION_ID
+    run.override_config = dict(overrides)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run.run_id, SUPERLINK_NODE_ID
+    return run
+
+
 def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_truth: bool) -> None:
     """Run the app in Flower's simulation runtime, audited; Ray is stopped afterwards, whatever happened."""
     from flwr.app import Context, RecordDict
     from flwr.simulation.run_simulation import _run_simulation
-    context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config=dict(app.run_config))
+    run = flower_run(app.overrides)
+    context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(),
+                      run_config=dict(app.run_config))
     backend = {"init_args": {"num_cpus": max(1, min(supernodes, os.cpu_count() or 1)), "include_dashboard": False},
                "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     from flwr.supercore.telemetry import EventType as Telemetry
@@ -185,7 +204,7 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
         with environment(share_truth), wrapped_start(watch):
             _run_simulation(num_supernodes=supernodes, exit_event=Telemetry.PYTHON_API_RUN_SIMULATION_LEAVE,
                             server_app_attr=app.server_ref, client_app_attr=app.client_ref,
-                            backend_config=backend, app_dir=str(app.path), is_app=True,
+                            backend_config=backend, app_dir=str(app.path), is_app=True, run=run,
                             server_app_context=context)
     except FedleakError:
         raise
@@ -268,8 +287,10 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
                                "it; a legacy flwr.server strategy is audited with LeakageRecorder instead")
         records = [r for a in audits for r in a.records]
         if records and all(r.get("status") == "error" for r in records):
+            reason = str(records[0].get("reason", "?"))
+            reason = reason.split("Message:", 1)[-1].strip() if "Message:" in reason else reason
             raise FedleakError(f"--flower-app {path}: every ClientApp reply was an error (first: "
-                               f"{records[0].get('reason', '?')[:200]})")
+                               f"{' '.join(reason.split())[:240]})")
         canary = None
         for c in watch.canary_audits:
             if c.rounds:
@@ -333,6 +354,9 @@ def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = 
         spec = honest["spec"]
         shown = app_report.examples(honest["records"] + (malicious["records"] if malicious else []), spec)
         app_report.write(out, result, shown)
+        for run in (honest, malicious):  # each dashboard ends with the run's final verdict line
+            for folder in (run or {}).get("outs", []):
+                app_report.final_dashboard(Path(folder), run["records"], spec, result["overall"])
     log(f"{result['overall']['line']}")
     for part in result["overall"]["parts"]:
         log(f"  {part['name']}: {part['level']} — {part['evidence']}")

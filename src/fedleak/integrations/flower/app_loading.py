@@ -47,6 +47,7 @@ class FlowerApp:
     client_ref: str
     run_config: dict
     settings: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)  # the run's own overrides (Flower gives them to every node too)
     server_app: object = None
     client_app: object = None
 
@@ -81,7 +82,7 @@ def read(path, run_config: Optional[str] = None) -> FlowerApp:
         raise FedleakError(f"{folder / 'pyproject.toml'}: [tool.fedleak] has unknown key(s) {', '.join(unknown)} "
                            f"(allowed: {', '.join(SETTINGS)})")
     return FlowerApp(folder.resolve(), str(config.get("project", {}).get("name", folder.name)),
-                     str(components["serverapp"]), str(components["clientapp"]), fused, settings)
+                     str(components["serverapp"]), str(components["clientapp"]), fused, settings, dict(overrides))
 
 
 def load(path, run_config: Optional[str] = None) -> FlowerApp:

@@ -253,3 +253,11 @@ def write(out: Path, result: dict, shown: dict) -> None:
             item.replace(out / item.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def final_dashboard(folder: Path, records: list, spec, overall: dict) -> None:
+    """Rewrite a run's ``dashboard.html`` with the audit's final verdict line."""
+    from .dashboard import write_dashboard
+
+    write_dashboard(folder / "dashboard.html", records, spec, "fedleak: leakage audit of a Flower app (final)",
+                    overall)

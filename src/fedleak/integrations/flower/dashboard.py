@@ -19,10 +19,13 @@ from PIL import Image
 from ...report import html_report, image_grid
 from ...types import DataSpec, Reconstruction
 
-#: what the plot shows, in order of preference: (record key, axis label)
-PANELS = (("psnr", "PSNR vs the shared batch (dB, client-reported)"), ("verbatim", "inputs recovered verbatim"),
-          ("attack_loss", "final matching loss (attacker-side)"),
-          ("rouge1", "ROUGE-1 vs the shared batch (client-reported)"))
+#: what the plot shows, in order of preference: (record key, axis label); the panel's title says where it comes from
+PANELS = (("psnr", "PSNR (dB)"), ("verbatim", "inputs recovered verbatim"), ("attack_loss", "final matching loss"),
+          ("rouge1", "ROUGE-1"))
+PANEL_TITLES = {"psnr": "vs the shared batch (client-reported)", "verbatim": "attacker-side",
+                "attack_loss": "attacker-side", "rouge1": "vs the shared batch (client-reported)"}
+#: column titles in the report's units (IIP and Rec as %, as report.html shows them)
+TITLES = {"psnr": "PSNR (dB)", "rec_percent": "Rec (%)", "iip": "IIP (%)"}
 COLUMNS = ["round", "client", "status", "leakage", "attack", "num_examples", "verbatim", "attack_loss", "psnr",
            "rec_percent", "iip", "rouge1", "exact_sequences", "epsilon", "reason"]
 #: scores that count things: integer ticks
@@ -47,6 +50,8 @@ def _cell(record: dict, column: str):
             ((record.get("exactness") or {}).get("reason") if isinstance(record.get("exactness"), dict) else None)
     else:
         value = record.get(column)
+    if column == "iip" and isinstance(value, (int, float)):
+        value = 100.0 * value
     if isinstance(value, float):
         return round(value, 4)
     if isinstance(value, str) and len(value) > CELL:
@@ -96,6 +101,7 @@ def leakage_figure(records: Sequence[dict]):
         if key in COUNTS:
             axis.yaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_ylabel(label)
+        axis.set_title(PANEL_TITLES.get(key, ""), fontsize=9)
         if key == "attack_loss":
             axis.set_yscale("log")
         axis.grid(alpha=0.3)
@@ -104,8 +110,24 @@ def leakage_figure(records: Sequence[dict]):
     return figure
 
 
+def _beside_originals(record: dict, rec: Reconstruction, spec: DataSpec):
+    """The report's grid (originals on top, matched reconstructions below, each pair's PSNR) where the client
+    shared its batch; ``None`` otherwise."""
+    if not record.get("truth_file"):
+        return None
+    from ...audit.execute.steps import example
+    from ...audit.report.figures import labelled_grid
+    from ...metrics import evaluate
+    from .client import load_truth
+
+    truth = load_truth(record["truth_file"])
+    ex = example(rec, truth, spec, evaluate(rec, truth, spec))
+    return labelled_grid(ex.originals, ex.reconstructions, ex.psnr, ex.threshold)
+
+
 def latest_reconstructions(records: Sequence[dict], spec: DataSpec, limit: int = 16) -> list:
-    """(caption, image grid) of each attacked reply of the latest round that has one."""
+    """(caption, image grid) of each attacked reply of the latest round that has one: beside the originals (with
+    each pair's PSNR, as in report.html) where the client shared its batch."""
     attacked = [r for r in records if r.get("status") == "attacked" and r.get("reconstruction")]
     if not attacked:
         return []
@@ -118,7 +140,15 @@ def latest_reconstructions(records: Sequence[dict], spec: DataSpec, limit: int =
         if rec.inputs.dim() != 4 or rec.inputs.shape[0] == 0:
             continue
         caption = f"round {last}, node {record['client']}: {record['attack']}"
-        images.append((caption, image_grid(spec.denormalize(rec.inputs[:limit].float()).clamp(0, 1))))
+        try:
+            beside = _beside_originals(record, rec, spec)
+        except Exception:  # noqa: BLE001 - a shared batch that cannot be read: the reconstructions alone
+            beside = None
+        if beside is not None:
+            images.append((f"{caption}: originals (top) vs reconstructions (bottom), each with its PSNR", beside))
+        else:
+            images.append((f"{caption} (no shared batch: reconstructions only)",
+                           image_grid(spec.denormalize(rec.inputs[:limit].float()).clamp(0, 1))))
     return images
 
 
@@ -138,22 +168,51 @@ def latest_texts(records: Sequence[dict], limit: int = 8) -> str:
     return "\n\n".join(parts)
 
 
-def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], title: str) -> Path:
-    """Write the dashboard for ``records`` (the lines of ``leakage.jsonl``) to ``path``."""
+def live_overall(records: Sequence[dict]) -> dict:
+    """The overall verdict line so far (:mod:`fedleak.audit.judge.overall`'s shape), from the records alone: the
+    honest (or, where the server shipped a model, malicious) server's worst per-reply level with its evidence, the
+    DP in force; the final line, from the judge, replaces it when the run's report is written."""
+    from ...audit.judge.verdict import worst
+
+    attacked = [r for r in records if r.get("status") == "attacked" and isinstance(r.get("leakage"), dict)]
+    shipped = any("imprint" in str(r.get("attack", "")) or r.get("attack") == "cah" for r in attacked)
+    level = worst([r["leakage"]["level"] for r in attacked]) if attacked else "not run"
+    evidence = next((r["leakage"]["evidence"] for r in attacked if r["leakage"]["level"] == level),
+                    "no reply attacked yet")
+    parts = [{"name": "malicious" if shipped else "honest", "level": level,
+              "evidence": f"{evidence} (so far: {len(attacked)} repl{'y' if len(attacked) == 1 else 'ies'} attacked)"}]
+    mechanisms = {str(m.get("mechanism") or m.get("wrapper") or "DP") for r in records
+                  if isinstance(r.get("dp"), dict) for m in r["dp"].get("mechanisms", []) if isinstance(m, dict)}
+    eps = [_epsilon(r) for r in records if _epsilon(r) is not None]
+    parts.append({"name": "DP", "level": ", ".join(sorted(mechanisms)) + " in force" if mechanisms else "none seen",
+                  "evidence": (f"Flower's accountant ε = {max(eps):.2f} after the last round; " if eps else "")
+                  + "the DP claim is tested by the canaries when the run ends (fedleak audit --flower-app)"})
+    return {"line": " · ".join(f"{p['name']}: {p['level']}" for p in parts), "parts": parts}
+
+
+def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], title: str,
+                    overall: Optional[dict] = None) -> Path:
+    """Write the dashboard for ``records`` (the lines of ``leakage.jsonl``) to ``path``; ``overall``: the run's
+    final verdict line (default: :func:`live_overall`)."""
     present = [c for c in COLUMNS
                if c in ("round", "client", "status") or any(_cell(r, c) is not None for r in records)]
-    rows = [{c: _cell(r, c) for c in present} for r in records]
+    rows = [{TITLES.get(c, c): _cell(r, c) for c in present} for r in records]
+    info = overall or live_overall(records)
+    head = {"title": "Overall verdict" + ("" if overall else " so far"),
+            "text": info["line"] + "\n\n" + "\n".join(f"{p['name']}: {p['level']} — {p['evidence']}"
+                                                       for p in info["parts"])}
     plot = leakage_plot(records)
     attacked = sum(r.get("status") == "attacked" for r in records)
     held = sum(r.get("status") == "quarantined" for r in records)
     quarantined = f", {held} quarantined (not passed to the strategy)" if held else ""
-    sections = [{"title": "Leakage per client per round",
+    sections = [head, {"title": "Leakage per client per round",
                  "text": f"{len(records)} replies recorded, {attacked} attacked"
                          f"{quarantined}. Attacker-side scores need no client data; PSNR, Rec % and IIP appear only "
                          "where a client shared its batch (evaluation mode: client-reported, it can raise a reply's "
                          "leakage level, never lower it).",
                  **({"images": [("leakage per client per round", plot)]} if plot is not None else {})},
-                {"title": "Records", "table": {"rows": rows, "columns": present, "floatfmt": ".3g"}}]
+                {"title": "Records", "table": {"rows": rows, "columns": [TITLES.get(c, c) for c in present],
+                                               "floatfmt": ".3g"}}]
     images = latest_reconstructions(records, spec) if spec is not None else []
     if images:
         sections.append({"title": "Latest reconstructions", "images": images})
