@@ -7,7 +7,7 @@ and train function — in Ray actors). No SuperLink is started, so none can be s
 installs no dependencies at run time (``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION`` does not apply; the app's
 dependencies must be installed in this environment, as for ``run_simulation``).
 
-While the app runs, ``flwr.serverapp.strategy.Strategy.start`` is wrapped (:func:`wrapped_start`): whatever
+While the app runs (:mod:`.app_runtime`), ``flwr.serverapp.strategy.Strategy.start`` is wrapped: whatever
 strategy the ServerApp starts (FedAvg, FedProx, Flower's DP wrappers, …) runs inside
 :class:`.audit.LeakageAudit`, which attacks every reply as the server received it; where the strategy chain holds
 one of Flower's server-side DP wrappers and canaries are asked for, :class:`.canary.CanaryAudit` adds Andrew et
@@ -23,137 +23,12 @@ releases, not what a client-side mod does inside a ClientApp.
 from __future__ import annotations
 
 import os
-import threading
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from ...errors import FedleakError
 from . import app_loading
-
-
-@dataclass
-class Watch:
-    """What the wrapped ``Strategy.start`` saw: the audits and canary wrappers of the run."""
-
-    make_audit: object  # (strategy) -> LeakageAudit
-    canaries: int = 0
-    audits: list = field(default_factory=list)
-    adopted: list = field(default_factory=list)
-    canary_audits: list = field(default_factory=list)
-    strategies: list = field(default_factory=list)
-    out: Optional[Path] = None  # where an adopted audit writes (under --out)
-    emptied: list = field(default_factory=list)  # empty folders an adopted audit made elsewhere (removed after)
-    notes: list = field(default_factory=list)
-    local: threading.local = field(default_factory=threading.local)
-
-
-def chain(strategy) -> list:
-    """The strategy and every strategy it wraps (``.strategy`` attributes), outermost first."""
-    out, node = [], strategy
-    while node is not None and len(out) < 32 and all(node is not seen for seen in out):
-        out.append(node)
-        node = getattr(node, "strategy", None)
-    return out
-
-
-def _add_canaries(top, watch: Watch):
-    """``top`` with a :class:`CanaryAudit` around the outermost server-side DP wrapper of its chain (or unchanged)."""
-    from . import dp as flower_dp
-    from .canary import CanaryAudit
-
-    nodes = chain(top)
-    if any(isinstance(n, CanaryAudit) for n in nodes):
-        return top
-    for index, node in enumerate(nodes):
-        if flower_dp.is_wrapper(node) and hasattr(node, "noise_multiplier"):
-            canary = CanaryAudit(node, watch.canaries, out=None)
-            watch.canary_audits.append(canary)
-            if index == 0:
-                return canary
-            nodes[index - 1].strategy = canary
-            return top
-    watch.notes.append(f"DP canaries asked for ({watch.canaries}) but the strategy "
-                       f"({' > '.join(type(n).__name__ for n in nodes)}) holds no Flower server-side DP wrapper")
-    return top
-
-
-@contextmanager
-def wrapped_start(watch: Watch):
-    """Within the block, every Message-API ``Strategy.start`` runs audited (module docstring)."""
-    from flwr.serverapp.strategy import Strategy
-
-    from .audit import LeakageAudit
-
-    original = Strategy.start
-
-    def start(self, grid, initial_arrays, *args, **kwargs):
-        if getattr(watch.local, "active", False):  # our own wrapper's start reaching Strategy.start
-            return original(self, grid, initial_arrays, *args, **kwargs)
-        watch.local.active = True
-        try:
-            watch.strategies.append(" > ".join(type(n).__name__ for n in chain(self)))
-            top = _add_canaries(self, watch) if watch.canaries else self
-            found = [n for n in chain(top) if isinstance(n, LeakageAudit)]
-            if found:  # the app's own audit: adopted, its files moved under --out before it writes any record
-                if watch.out is not None and not found[0].records:
-                    if found[0].out.is_dir() and not any(found[0].out.iterdir()):
-                        watch.emptied.append(found[0].out)
-                    found[0].out = watch.out
-                    watch.out.mkdir(parents=True, exist_ok=True)
-                watch.adopted.append(found[0])
-            else:
-                top = watch.make_audit(top)
-                watch.audits.append(top)
-            return top.start(grid, initial_arrays, *args, **kwargs)
-        finally:
-            watch.local.active = False
-
-    Strategy.start = start
-    try:
-        yield watch
-    finally:
-        Strategy.start = original
-
-
-@contextmanager
-def environment(share_truth: bool):
-    """The simulation's environment: runtime installs and Flower's telemetry off (no network at run time), the
-    node settings of a sharing simulation."""
-    import flwr.supercore.telemetry as telemetry
-
-    from .client import NODE_CONFIG_ENV
-
-    saved = {k: os.environ.get(k) for k in ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", NODE_CONFIG_ENV,
-                                            "RAY_DEDUP_LOGS", "FLWR_TELEMETRY_ENABLED")}
-    saved_telemetry = telemetry.FLWR_TELEMETRY_ENABLED
-    telemetry.FLWR_TELEMETRY_ENABLED = os.environ["FLWR_TELEMETRY_ENABLED"] = "0"  # read per event; Ray actors too
-    os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
-    os.environ["RAY_DEDUP_LOGS"] = "0"
-    if share_truth:
-        current = os.environ.get(NODE_CONFIG_ENV, "")
-        if "share-truth" not in current:
-            os.environ[NODE_CONFIG_ENV] = (current + " share-truth=true").strip()
-    try:
-        yield
-    finally:
-        telemetry.FLWR_TELEMETRY_ENABLED = saved_telemetry
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def stop_ray() -> None:
-    """Shut Ray down if this process started it (nothing left running)."""
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - Flower's simulation extra absent
-        return
-    if ray.is_initialized():
-        ray.shutdown()
+from .app_runtime import Watch, simulate
 
 
 def supernodes_of(app: app_loading.FlowerApp, given: Optional[int]) -> int:
@@ -170,62 +45,6 @@ def canaries_of(app: app_loading.FlowerApp, given: Optional[int]) -> int:
         raise FedleakError(f"canaries (--canaries, run config fedleak-canaries, [tool.fedleak] canaries) must be 0 "
                            f"(off) or an integer from 2 to 100000, got {value!r}")
     return value
-
-
-def flower_run(overrides: dict):
-    """The ``Run`` Flower's ``_run_simulation`` makes when given none, with the run config overrides in it: the
-    simulated nodes' contexts fuse them with the app's defaults (as ``flwr run --run-config`` reaches them)."""
-    from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
-    from flwr.server.superlink.linkstate.utils import generate_rand_int_from_bytes
-    from flwr.supercore.constant import NOOP_FEDERATION_ID
-    from flwr.supercore.run import Run
-    from flwr.supercore.task_identity import TaskIdentity
-
-    run = Run.create_empty(run_id=generate_rand_int_from_bytes(RUN_ID_NUM_BYTES))
-    run.primary_task_id = generate_rand_int_from_bytes(TASK_ID_NUM_BYTES)
-    run.federation_id = NOOP_FEDERATION_ID
-    run.override_config = dict(overrides)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run.run_id, SUPERLINK_NODE_ID
-    return run
-
-
-def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_truth: bool) -> None:
-    """Run the app in Flower's simulation runtime, audited; Ray is stopped afterwards, whatever happened."""
-    from flwr.app import Context, RecordDict
-    from flwr.simulation.run_simulation import _run_simulation
-    run = flower_run(app.overrides)
-    context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(),
-                      run_config=dict(app.run_config))
-    backend = {"init_args": {"num_cpus": max(1, min(supernodes, os.cpu_count() or 1)), "include_dashboard": False},
-               "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
-    from flwr.supercore.telemetry import EventType as Telemetry
-
-    try:
-        with environment(share_truth), wrapped_start(watch):
-            _run_simulation(num_supernodes=supernodes, exit_event=Telemetry.PYTHON_API_RUN_SIMULATION_LEAVE,
-                            server_app_attr=app.server_ref, client_app_attr=app.client_ref,
-                            backend_config=backend, app_dir=str(app.path), is_app=True, run=run,
-                            server_app_context=context)
-    except FedleakError:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - whatever ended the user's run is named, in one line
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        cause = exc.__cause__ or exc
-        raise FedleakError(f"the Flower run of {app.path.name} ended: {app_loading._one_line(cause)}") from None
-    finally:
-        stop_ray()
-        for audit in watch.audits + watch.adopted:
-            try:
-                audit.close()
-            except Exception:  # noqa: BLE001 - closing an audit's pool never masks the run's outcome
-                pass
-        for folder in watch.emptied:  # nothing left outside --out: the empty folders the app's audit made
-            for empty in (folder, folder.parent):
-                try:
-                    empty.rmdir()
-                except OSError:
-                    break
 
 
 def _protocol(settings: dict):
