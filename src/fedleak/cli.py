@@ -4,7 +4,9 @@
 both threat models, with a verdict and a report; ``fedleak.audit``), ``simulate`` (compute and save
 one client's update), ``attack`` (attack a saved update), ``run`` (an experiment file or a paper
 preset), ``report`` (HTML report of a run folder), ``inspect`` (check a received model for imprint /
-trap-weight signatures), and the listings ``presets``, ``attacks``, ``models``, ``datasets``.
+trap-weight signatures), and the listings ``presets``, ``attacks``, ``models``, ``datasets``. Each
+command's flags and what it runs are in :mod:`fedleak.commands`; this module parses (building only the named
+command's flags, so that ``--help`` and the listings start without torch) and turns outcomes into exit codes.
 
 Exit codes (``docs/errors.md``): 0 success; 2 bad input, one line ``fedleak: error: ...`` naming
 the problem (usage errors included); 1 an internal error, one line with ``internal error`` (the
