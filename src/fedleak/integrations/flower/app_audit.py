@@ -105,6 +105,12 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
                                "(flwr.serverapp.strategy.Strategy.start was never called), so fedleak could not wrap "
                                "it; a legacy flwr.server strategy is audited with LeakageRecorder instead")
         records = [r for a in audits for r in a.records]
+        if records and not any(r.get("status") in ("attacked", "recorded", "failed") for r in records) \
+                and any(r.get("status") == "rejected" for r in records):
+            first = next(r for r in records if r.get("status") == "rejected")
+            raise FedleakError(f"--flower-app {path}: no reply could be read as an update of the model "
+                               f"{reference or type(audits[0].model).__name__} (first: "
+                               f"{' '.join(str(first.get('reason', '?')).split())[:240]})")
         if records and all(r.get("status") == "error" for r in records):
             reason = str(records[0].get("reason", "?"))
             reason = reason.split("Message:", 1)[-1].strip() if "Message:" in reason else reason
