@@ -33,7 +33,7 @@ the structures those attacks need:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -42,7 +42,7 @@ from torch import nn
 
 from ..errors import FedleakError
 from .findings import Finding
-from .inspect_fishing import fishing_finding
+from .inspect_fishing import bias_candidates, fishing_finding
 
 #: |cos| above which a row counts as parallel to the layer's main direction
 ALIGNED = 0.999
@@ -59,6 +59,8 @@ DEFAULT_THRESHOLD = 0.5
 LINEARIZED_CONFIDENCE = 0.4
 #: parallel rows that cannot form bins (no bias, or one shared threshold)
 NOT_BINS_CONFIDENCE = 0.3
+#: the most other 1-D tensors tried as a parallel layer's renamed bias
+MAX_BIAS_CANDIDATES = 256
 
 
 @dataclass(frozen=True)
@@ -234,11 +236,27 @@ def _imprint_any_orientation(name: str, tensor: torch.Tensor, state: Mapping[str
     for weight, label in ((tensor, name), (tensor.T, f"{name} (transposed)")):
         bias = _bias_for(name, weight.shape[0], state, following)
         found = imprint_rows(label, weight, bias)
+        if found is not None and found.confidence <= NOT_BINS_CONFIDENCE:
+            found = _renamed_bias(label, weight, bias, state, name, following) or found
         if found is not None and (best is None or found.confidence > best.confidence):
             best = found
         if best is not None and best.confidence > NOT_BINS_CONFIDENCE:
             break
     return best
+
+
+def _renamed_bias(label: str, weight: torch.Tensor, named: Optional[torch.Tensor], state: Mapping[str, torch.Tensor],
+                  name: str, following: Optional[torch.Tensor]) -> Optional[Finding]:
+    """Parallel rows without bins under the bias named like the weight (or next to it): names and order are the
+    attacker's, so every other 1-D tensor of one value per row is tried as the bias (Fowl et al. §3.3 need one
+    that spreads the thresholds); the first that makes bins is the finding."""
+    for other in bias_candidates(state, weight.shape[0], name, following)[:MAX_BIAS_CANDIDATES]:
+        if named is not None and torch.equal(other, named):
+            continue
+        found = imprint_rows(label, weight, other)
+        if found is not None and found.confidence > NOT_BINS_CONFIDENCE:
+            return replace(found, detail=found.detail + "; its bias stored under another name or place")
+    return None
 
 
 def inspect_model(model: nn.Module, threshold: float = DEFAULT_THRESHOLD) -> Inspection:

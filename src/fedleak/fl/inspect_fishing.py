@@ -82,6 +82,10 @@ def fishing_statistics(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> di
     cols = weight.norm(dim=0)
     scale = float(rows.median())
     top = float(rows.max())
+    if top == 0:  # an all-zero classifier (a zero-initialized head, ViT's JAX init) singles out no class
+        gap = float((bias - bias.median()).abs().max()) if bias is not None else 0.0
+        return {"row_ratio": 0.0, **({"bias_gap": 0.0 if gap == 0 else float("inf")} if bias is not None else {}),
+                "feature_share": 0.0, "column_ratio": 0.0}
     stats = {"row_ratio": float("inf") if scale <= 1e-12 * max(top, 1e-300) else top / scale}
     if bias is not None:
         gap = float((bias - bias.median()).abs().max())
