@@ -244,6 +244,9 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
                     f"Caution{where}: the exact text attacks' precondition failed (too many token inputs for the "
                     f"span limit — layer width or LoRA rank — or noise filling the span), so they could not decide; "
                     f"a lower verdict there is no evidence that the text is protected.")
+        from .judge.overall import overall
+
+        result["overall"] = overall(result)  # the one line: console, report, metrics.json
         result["config_hash"] = config_hash(result["config"])
         _write(out, result, examples, log)
     finally:
@@ -319,6 +322,8 @@ def _log_summary(log, result: dict, out: Path) -> None:
         eps = report.epsilon_text(point)
         if eps:
             log(f"DP: {eps}")
+    if result.get("overall"):
+        log("\nOverall: " + result["overall"]["line"])
     log("\nWhat to change: " + " ".join(result["what_to_change"]))
     log(f"report: {out / 'report.html'}  metrics: {out / 'metrics.json'}")
 
