@@ -106,6 +106,19 @@ def test_audit_log_progress_heartbeat_and_eta(monkeypatch):
     assert "attack 1/2 fedsgd: IG: iteration 15/100, loss 0.5; ETA ~" in text, text
 
 
+def test_a_stage_without_steps_says_how_long_it_has_run(monkeypatch):
+    """Issue 46: a client update of minutes without a step counter no longer repeats only its name."""
+    monkeypatch.setenv("FEDLEAK_PROGRESS_INTERVAL", "0.1")
+    stream = io.StringIO()
+    show = LogProgress(stream=stream)
+    try:
+        show({"stage": "fedavg: client update 1/1"})
+        time.sleep(0.5)
+    finally:
+        show.close()
+    assert "fedavg: client update 1/1: running for 0 s" in stream.getvalue(), stream.getvalue()
+
+
 class _Clock:
     """A fake ``time`` for :class:`LogProgress` (``perf_counter`` only moves when told)."""
 

@@ -37,7 +37,7 @@ class LogProgress:
         self.stream = stream if stream is not None else sys.stderr
         self.every = every  # kept for callers that pass it; lines come from stages and the heartbeat only
         self.stage = ""
-        self.start = time.perf_counter()
+        self.start = self.stage_start = time.perf_counter()
         self.total_attacks, self.attacks, self.attack_start, self.attack_seconds = 0, 0, None, 0.0
         self.fraction = 0.0  # of the running attack: the furthest step/total of its loops
         self.step: Optional[tuple] = None
@@ -94,8 +94,10 @@ class LogProgress:
         return f"{self.unit} {step}/{total}" + (f", loss {loss:.4g}" if loss is not None else "")
 
     def _heartbeat_line(self) -> str:
-        where = self._where()
-        return f"{self._counter()}{self.stage}{': ' + where if where else ''}{self._eta_text()}"
+        from ...runs.heartbeat import duration
+
+        where = self._where() or f"running for {duration(time.perf_counter() - self.stage_start)}"  # no step counter
+        return f"{self._counter()}{self.stage}: {where}{self._eta_text()}"
 
     def _end_attack(self) -> None:
         """The running attack ended: add its time and write its end line."""
@@ -114,7 +116,7 @@ class LogProgress:
             self.total_attacks = int(event["plan"].get("attacks") or 0)
         if "step" not in event:
             self._end_attack()
-            self.stage, self.step, self.fraction = stage, None, 0.0
+            self.stage, self.step, self.fraction, self.stage_start = stage, None, 0.0, time.perf_counter()
             if event.get("attack"):
                 self.attacks, self.attack_start, self.in_attack = self.attacks + 1, time.perf_counter(), True
                 self._write(f"{self._counter()}{stage}{self._eta_text()}")
