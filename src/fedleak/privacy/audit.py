@@ -128,14 +128,19 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     samples = _positive("--samples", samples, integer=True, upper=100_000)
     if threat not in THREATS:
         raise FedleakError(f"--threat must be one of {', '.join(THREATS)}, got {threat!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise FedleakError(f"--seed must be an integer ≥ 0, got {seed!r}")
+    from ..config.boundary import MAX_SEED
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise FedleakError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
     Canaries(m, 1, seed, canary_scale)  # checks --canary-scale before any work
     epochs = _positive("--epochs", epochs, integer=True, upper=10_000)
     if batch_size is not None:
         batch_size = _positive("--batch-size", batch_size, integer=True, upper=100_000)
     lr = _positive("--lr", lr)
     parsed, level, privacy = parse_claim(defense, level)
+    if level != "lora" and (lora_reply or lora is not None):  # a knob this level would not turn (issue 47 class 4)
+        raise FedleakError(f"--{'lora-reply' if lora_reply else 'lora'} applies to --level lora; this audit is at the "
+                           f"{level} level")
     protocol = Protocol("fedavg", epochs, batch_size, lr, True)
     if level == "lora":
         from .lora_audit import prepare_lora, run_lora_audit

@@ -47,6 +47,9 @@ def read_leakage(path, defense) -> dict:
         raise FedleakError(f"{OPTION} {path}: not a readable metrics.json ({exc})") from None
     if not isinstance(metrics, dict) or not str(metrics.get("format", "")).startswith("fedleak.audit/"):
         raise FedleakError(f"{OPTION} {path}: not a fedleak audit metrics.json (no format fedleak.audit/…)")
+    from ..config.boundary import validate
+
+    validate(_metrics_model(), metrics, where=f"{OPTION} {path}")  # the shape read below, before it is read
     specs = (metrics.get("config") or {}).get("defense") or []
     try:
         theirs = defense_key(specs) if specs else None
@@ -61,6 +64,21 @@ def read_leakage(path, defense) -> dict:
     if metrics.get("sweep"):
         raise FedleakError(f"{OPTION} {path}: a sweep's metrics.json mixes settings; give an audit at one setting")
     return summarize(metrics, str(Path(path)))
+
+
+def _metrics_model():
+    """The part of ``metrics.json`` this module reads, typed strictly (other keys pass): a file of the right format
+    and the wrong shape is one line naming the key, not an ``AttributeError`` later."""
+    from typing import Any, Optional, Union
+
+    from pydantic import ConfigDict, create_model
+
+    loose = ConfigDict(strict=True, extra="allow")
+    config = create_model("LeakageConfig", __config__=loose, defense=(Optional[Union[str, list[str]]], None))
+    return create_model("LeakageMetrics", __config__=loose, format=(str, ...), config=(Optional[config], None),
+                        threat_models=(Optional[dict[str, dict[str, Any]]], None),
+                        epsilon=(Optional[dict[str, Any]], None), environment=(Optional[dict[str, Any]], None),
+                        quick=(Optional[bool], None), modality=(Optional[str], None))
 
 
 def summarize(metrics: dict, source: str) -> dict:

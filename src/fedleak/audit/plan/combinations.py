@@ -17,7 +17,7 @@ from .text import is_text
 
 #: keys that only a text audit (``data: text``) reads, with their unset values
 TEXT_ONLY = {"seq_len": None, "lora": None, "lora_warmup": 0, "text_field": "text", "label_field": "label",
-             "dropout": "shipped", "lora_dropout": None, "flowertune": False, "membership": 0, "candidates": None}
+             "dropout": "shipped", "lora_dropout": None, "flowertune": False, "membership": None, "candidates": None}
 
 
 def check_combinations(cfg, sweep: Optional[object]) -> None:
@@ -38,6 +38,10 @@ def check_combinations(cfg, sweep: Optional[object]) -> None:
         if sweep is not None and sweep.knob == "lora":
             raise FedleakError(f"--sweep lora=... applies to text audits only (--data text); this audit is of "
                                f"{cfg.data!r} images, where LoRA changes nothing")
+    lora_swept = sweep is not None and getattr(sweep, "knob", None) == "lora"
+    if text and cfg.lora_dropout is not None and cfg.lora is None and not cfg.flowertune and not lora_swept:
+        raise FedleakError(f"--lora-dropout {cfg.lora_dropout:g} is PEFT's adapter dropout: it needs --lora R (or "
+                           "--flowertune); without an adapter it would change nothing")
     if cfg.candidates:  # the file is read (and refused) when the config is made, not when the run reaches it
         from .candidates import read_candidates
 

@@ -168,7 +168,7 @@ class AuditConfig:
     dropout: str = "shipped"
     lora_dropout: Optional[float] = None
     flowertune: bool = False
-    membership: int = 0
+    membership: Optional[int] = None  # None: unset (0 given explicitly turns the test off, even under --flowertune)
     candidates: Optional[str] = None
     tune: int = 0
     tune_clients: int = 2

@@ -54,7 +54,7 @@ def apply(cfg, device: str = "cpu"):
         "lr": cfg.lr if cfg.lr is not None else FULL["lr"], "seq_len": seq_len,
         "lora": cfg.lora if cfg.lora is not None else FULL["lora"],
         "lora_dropout": cfg.lora_dropout if cfg.lora_dropout is not None else FULL["lora_dropout"],
-        "membership": cfg.membership or DEFAULT_CANDIDATES,
+        "membership": cfg.membership if cfg.membership is not None else DEFAULT_CANDIDATES,
         "attacks": cfg.attacks or ("dager",), "malicious": False,
     }
     out = replace(cfg, **changes)
