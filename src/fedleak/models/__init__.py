@@ -34,5 +34,7 @@ if find_spec(f"{__name__}.imprint") is not None:
     from . import imprint  # noqa: E402,F401
 if find_spec(f"{__name__}.text") is not None:
     from . import text  # noqa: E402,F401  (registers "text-transformer", the LM of Fowl et al. App. A.4)
+if find_spec(f"{__name__}.tabular") is not None:
+    from . import tabular  # noqa: E402,F401  (registers tabular-mlp and ft-transformer)
 if find_spec(f"{__name__}.hf") is not None:
     from . import hf  # noqa: E402,F401  (registers minilm, gpt2-tiny, llama-tiny, gpt2-small; transformers loads lazily)

@@ -1,0 +1,85 @@
+"""Tabular attacks and metrics: restarts batched into one tensor give each restart's own update, TabLeak recovers
+small Adult batches on a fixed seed, the models, and the metrics with their baselines."""
+
+import pytest
+import torch
+
+from fedleak.attacks import build as attack
+from fedleak.attacks.tabular.restarts import Restarts, cosine_distances, simulate
+from fedleak.data.tabular import load
+from fedleak.fl.client import client_update, local_training, sequential_schedule
+from fedleak.metrics.tabular import evaluate, prior_guess
+from fedleak.models import build
+from fedleak.types import Protocol
+
+
+@pytest.fixture(scope="module")
+def adult():
+    spec, clients = load("adult", num_clients=2, samples_per_client=4, seed=1)
+    return spec, clients
+
+
+@pytest.mark.parametrize("protocol", [Protocol("fedsgd", 1, 4, 0.01), Protocol("fedavg", 2, 2, 0.05, reshuffle=False)])
+def test_batched_restarts_are_each_restarts_own_update(adult, protocol):
+    spec, clients = adult
+    model = build("tabular-mlp", spec)
+    params = dict(model.named_parameters())
+    data = [clients[0].inputs, clients[1].inputs, clients[0].inputs.flip(0)]
+    labels = clients[0].labels
+    schedule = sequential_schedule(4, protocol) if protocol.algorithm == "fedavg" else [[torch.arange(4)]]
+    ensemble = Restarts(model, params, len(data))
+    together = simulate(ensemble, params, torch.stack(data), labels, schedule, protocol.lr, create_graph=False)
+    for r, x in enumerate(data):
+        alone = local_training(model, params, x, labels, schedule, protocol.lr).grad_sum
+        for name, g in alone.items():
+            assert torch.allclose(together[name][r], g, atol=1e-6), (r, name)
+    observed = {k: v[0] for k, v in together.items()}
+    distance = cosine_distances(together, observed)
+    assert abs(float(distance[0])) < 1e-6 and float(distance[1]) > 1e-3
+
+
+def test_tableak_recovers_a_small_batch_on_a_fixed_seed(adult):
+    spec, clients = adult
+    model = build("tabular-mlp", spec)
+    data = clients[0].subset(2)
+    update = client_update(model, data, Protocol("fedsgd", 1, 2, 0.01), metadata={"labels": data.labels.tolist()})
+    rec = attack("tableak", iterations=300, restarts=3, lr=0.1).reconstruct(update, model, spec)
+    scores = evaluate(spec.schema, rec.inputs, data.inputs, entropy=torch.tensor(rec.extras["entropy"]), draws=4)
+    # measured (300 iterations, 5 CPU-s): 25 of 28 cells (89 %), one row of two whole; random 11 %, prior 61 %
+    assert scores["accuracy"] >= 0.85 and scores["exact_match_rate"] >= 0.5
+    assert scores["accuracy"] > scores["random"]["accuracy"] + 0.5 and scores["accuracy"] > scores["prior"]["accuracy"]
+    assert rec.extras["label_strategy"] == "known" and len(rec.extras["restart_scores"]) == 3
+    assert len(rec.extras["entropy"]) == 2 and len(rec.extras["entropy"][0]) == 14
+
+
+def test_metrics_of_the_truth_and_of_the_prior(adult):
+    spec, clients = adult
+    x = clients[0].inputs
+    perfect = evaluate(spec.schema, x.flip(0), x, draws=2)
+    assert perfect["accuracy"] == 1.0 and perfect["exact_match_rate"] == 1.0 and perfect["matched"] == [3, 2, 1, 0]
+    prior = evaluate(spec.schema, prior_guess(spec.schema, 4), x, draws=2)
+    assert prior["accuracy"] == pytest.approx(prior["prior"]["accuracy"]) and prior["accuracy"] < 1.0
+    assert 0.0 < perfect["random"]["accuracy"] < 0.8 and set(perfect["per_column"]) == {c.name for c in spec.schema.columns}
+
+
+def test_ft_transformer_trains_and_is_attackable(adult):
+    spec, clients = adult
+    model = build("ft-transformer", spec, dim=16, blocks=1, heads=2)
+    update = client_update(model, clients[0], Protocol("fedsgd", 1, 4, 0.01), metadata={"labels": clients[0].labels.tolist()})
+    rec = attack("tableak", iterations=5, restarts=2).reconstruct(update, model, spec)
+    assert rec.inputs.shape == (4, spec.schema.width) and torch.isfinite(rec.inputs).all()
+
+
+@pytest.mark.parametrize("name", ["analytic-fc", "spear"])
+def test_exact_attacks_prove_a_tabular_mlp_batch(name):
+    """The first layer of TabLeak's MLP is linear + ReLU: the exact attacks recover the records and the update
+    recomputed from them matches (measured at B = 4, seed 3: every cell of every record, relative error ~1e-7)."""
+    spec, clients = load("adult", num_clients=1, samples_per_client=4, seed=3)
+    model = build("tabular-mlp", spec)
+    update = client_update(model, clients[0], Protocol("fedsgd", 1, 4, 0.01))
+    rec = attack(name).reconstruct(update, model, spec)
+    assert rec.extras["certain"] is True and rec.extras["exactness"]["verification"]["matches"] is True
+    scores = evaluate(spec.schema, rec.inputs, clients[0].inputs, draws=2)
+    assert scores["accuracy"] == 1.0 and scores["exact_match_rate"] == 1.0
+    assert spec.schema.decode(rec.inputs.reshape(4, -1))["age"] == spec.schema.decode(clients[0].inputs)["age"] or \
+        sorted(spec.schema.decode(rec.inputs.reshape(4, -1))["age"]) == sorted(spec.schema.decode(clients[0].inputs)["age"])
