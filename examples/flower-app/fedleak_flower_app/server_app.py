@@ -56,4 +56,4 @@ def main(grid: Grid, context: Context) -> None:
                        train_config=ConfigRecord({"lr": lr, "local-epochs": 1, "batch-size": samples}))
     finally:
         audit.close()
-    print(f"fedleak: {len(audit.records)} records in {out / 'leakage.jsonl'}", flush=True)
+    print(f"fedleak: {len(audit.records)} records in {audit.out / 'leakage.jsonl'}", flush=True)

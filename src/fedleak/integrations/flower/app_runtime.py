@@ -58,6 +58,12 @@ def _add_canaries(top, watch: Watch):
         return top
     for index, node in enumerate(nodes):
         if flower_dp.is_wrapper(node) and hasattr(node, "noise_multiplier"):
+            if getattr(node, "accountant", None) is not None:  # Flower then refuses any other number of replies
+                watch.notes.append(f"DP canaries asked for ({watch.canaries}) but not inserted: "
+                                   f"{type(node).__name__} keeps Flower's accountant, which refuses a round whose "
+                                   f"reply count differs from num_sampled_clients ({node.num_sampled_clients}), so "
+                                   "canaries would stop the federation's aggregation")
+                return top
             canary = CanaryAudit(node, watch.canaries, out=None)
             watch.canary_audits.append(canary)
             if index == 0:
