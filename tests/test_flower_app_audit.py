@@ -327,3 +327,29 @@ def test_canaries_go_around_the_dp_wrapper_unless_its_accountant_refuses_them():
     watch = Watch(make_audit=None, canaries=10)
     assert [type(n).__name__ for n in chain(_add_canaries(FedAvg(), watch))] == ["FedAvg"]
     assert "holds no Flower server-side DP wrapper" in watch.notes[0]
+
+
+def test_a_serverapp_outliving_its_simulation_is_stopped():
+    """Ray did not start: the ServerApp thread would wait for nodes forever; its grid is made to raise."""
+    import threading
+    import time
+
+    from fedleak.integrations.flower.app_runtime import SimulationEnded, stop_serverapp
+
+    class Grid:
+        def get_node_ids(self):
+            return []
+
+    grid, seen = Grid(), []
+
+    def wait_for_nodes():  # FedAvg's sample_nodes: poll until enough nodes connect
+        try:
+            while len(list(grid.get_node_ids())) < 2:
+                time.sleep(0.05)
+        except SimulationEnded as exc:
+            seen.append(str(exc))
+
+    thread = threading.Thread(target=wait_for_nodes)
+    thread.start()
+    stop_serverapp(grid, thread, wait=10)
+    assert not thread.is_alive() and seen == ["the Flower simulation ended"]

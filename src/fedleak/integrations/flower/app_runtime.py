@@ -195,6 +195,25 @@ def flower_run(overrides: dict):
     return run
 
 
+class SimulationEnded(RuntimeError):
+    """Raised inside a ServerApp still running after its simulation ended (no nodes will ever answer)."""
+
+
+def stop_serverapp(grid, thread, wait: float = 30.0) -> None:
+    """A ServerApp thread that outlived its simulation (Ray did not start, the runtime crashed) waits for nodes
+    forever and would keep the process alive: its grid is made to raise on the next call, then it is joined."""
+    if thread is None or not thread.is_alive():
+        return
+
+    def ended(*_args, **_kwargs):
+        raise SimulationEnded("the Flower simulation ended")
+
+    if grid is not None:
+        for name in ("get_node_ids", "push_messages", "pull_messages", "send_and_receive"):
+            setattr(grid, name, ended)
+    thread.join(wait)
+
+
 def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_truth: bool) -> None:
     """Run the app in Flower's simulation runtime, audited; Ray is stopped afterwards, whatever happened."""
     from flwr.app import Context, RecordDict
@@ -207,9 +226,20 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
                "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     from flwr.supercore.telemetry import EventType as Telemetry
 
+    import flwr.simulation.run_simulation as runtime
+
+    launch = runtime.run_serverapp_th
+    servers: list = []
+
+    def serverapp_thread(*args, **kwargs):  # Flower's own launcher, its grid and thread kept to stop them
+        thread = launch(*args, **kwargs)
+        servers.append((kwargs.get("grid"), thread))
+        return thread
+
     try:
         with environment(share_truth), wrapped_start(watch):
             start_ray(cpus)
+            runtime.run_serverapp_th = serverapp_thread
             _run_simulation(num_supernodes=supernodes, exit_event=Telemetry.PYTHON_API_RUN_SIMULATION_LEAVE,
                             server_app_attr=app.server_ref, client_app_attr=app.client_ref,
                             backend_config=backend, app_dir=str(app.path), is_app=True, run=run,
@@ -222,7 +252,10 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
         cause = exc.__cause__ or exc
         raise FedleakError(f"the Flower run of {app.path.name} ended: {app_loading._one_line(cause)}") from None
     finally:
+        runtime.run_serverapp_th = launch
         stop_ray()
+        for grid, thread in servers:
+            stop_serverapp(grid, thread)
         for audit in watch.audits + watch.adopted:
             try:
                 audit.close()
