@@ -119,7 +119,11 @@ def load_truth(directory: Path, spec, num_samples: int):
     if not shape_ok or not bool(inputs.isfinite().all()):
         raise FedleakError(f"{path}: inputs must be {num_samples} finite inputs of shape {tuple(spec.shape)} (the "
                            f"update's N and data spec), got shape {tuple(inputs.shape)}")
-    return ClientData(inputs, check_labels(tensors["labels"], str(path), len(inputs)))
+    labels = check_labels(tensors["labels"], str(path), len(inputs))
+    if spec.modality != "text" and len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < spec.num_classes:
+        raise FedleakError(f"{path}: labels must be class indices 0..{spec.num_classes - 1} (the update's data spec), "
+                           f"got values in [{int(labels.min())}, {int(labels.max())}]")
+    return ClientData(inputs, labels)
 
 
 def attack_update(update_dir, out, *, attack: str = "inverting-gradients", options: Optional[dict] = None,

@@ -134,4 +134,27 @@ def read_config_json(path, what: Optional[str] = None) -> dict:
                          model_type=(name, ...), architectures=(Opt[list[name]], None),
                          auto_map=(Any, None), trust_remote_code=(Any, None))
     validate(model, config, where=str(what or path))
+    _check_sizes(config, str(what or path))
     return config
+
+
+#: config.json sizes a model cannot have fewer than one of (transformers divides by them or builds len() from them)
+POSITIVE_SIZES = ("n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings",
+                  "head_dim", "d_model", "num_layers", "num_heads", "d_ff", "n_inner")
+
+
+def _check_sizes(config: dict, where: str) -> None:
+    """Counts and sizes of ``config.json`` whole and in range before transformers builds from them: a negative
+    ``n_layer`` was ``__len__() should return >= 0`` from inside torch, naming neither the file nor the field."""
+    for key, value in config.items():
+        if isinstance(value, bool) or not isinstance(key, str):
+            continue
+        sized = key in POSITIVE_SIZES or key.startswith(("n_", "num_")) or key.endswith(("_size", "_layers", "_heads"))
+        if not sized or value is None:
+            continue
+        if key in POSITIVE_SIZES and not isinstance(value, int):
+            raise FedleakError(f"{where}: {key} must be a whole number >= 1, got {str(value)[:40]}")
+        if isinstance(value, int) and (value < 0 or (key in POSITIVE_SIZES and value < 1)):
+            low = 1 if key in POSITIVE_SIZES else 0
+            raise FedleakError(f"{where}: {key} must be a whole number >= {low}, got {value}")

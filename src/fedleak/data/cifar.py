@@ -194,6 +194,8 @@ def read_pool(name: str, root, split: str) -> tuple[np.ndarray, np.ndarray]:
         pixels = np.concatenate([p for p, _ in parts])
         labels = np.concatenate([l for _, l in parts])
         source = where[0].parent
+    if len(pixels) == 0:  # named here: downstream it is only "an empty dataset"
+        raise FedleakError(f"{source}: holds no {split} images")
     labels = check_labels(labels, len(_INFO[name]["classes"]), str(source))
     return pixels, labels
 

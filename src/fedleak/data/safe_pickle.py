@@ -76,8 +76,10 @@ def load_pickle(path: Path):
     raw = read_bytes(path)
     try:
         return RestrictedUnpickler(io.BytesIO(raw), str(path)).load()
-    except FedleakError:
-        raise
+    except FedleakError as exc:  # every refusal names the file, whichever check refused it
+        if str(path) in str(exc):
+            raise
+        raise FedleakError(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any decoding failure of a data file names the file
         detail = " ".join(str(exc).split())[:200]
         raise FedleakError(f"corrupt pickle file {path}: {type(exc).__name__}: {detail} (CIFAR data is "

@@ -126,6 +126,7 @@ def build_model(name: str, spec: DataSpec, seed: int = 0) -> nn.Module:
             raise FedleakError(f"model factory {name!r} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(model, nn.Module):
         raise FedleakError(f"model factory {name!r} returned {type(model).__name__}, not a torch.nn.Module")
+    check_usable(model, name)  # before .to(): a meta-device tensor cannot be copied (NotImplementedError)
     return model.to(device="cpu", dtype=torch.float32).train()
 
 
@@ -176,7 +177,15 @@ def load_weights(model: nn.Module, path) -> nn.Module:
     bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise FedleakError(f"weights {path} hold NaN or inf in {', '.join(bad[:5])}")
-    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()})
+    converted = {k: v.to(expected[k].dtype) for k, v in state.items()}
+    over = [k for k, v in converted.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if over:  # finite in the file's dtype, infinite in the model's: name the tensor, not a symptom downstream
+        k = over[0]
+        raise FedleakError(f"weights {path}: {k} ({str(state[k].dtype).replace('torch.', '')}) holds values beyond "
+                           f"the range of the model's {str(expected[k].dtype).replace('torch.', '')} "
+                           f"(largest |value| {float(state[k].abs().max()):.3g})" +
+                           (f"; also {', '.join(over[1:4])}" if len(over) > 1 else ""))
+    model.load_state_dict(converted)
     return model
 
 
@@ -185,7 +194,7 @@ def check_usable(model: nn.Module, model_name: str) -> None:
     params = list(model.parameters())
     if not params:
         raise FedleakError(f"model {model_name!r} has no parameters: there is no update to attack")
-    meta = [n for n, p in model.named_parameters() if p.is_meta]
+    meta = [n for n, p in list(model.named_parameters()) + list(model.named_buffers()) if p.is_meta]
     if meta:
         raise FedleakError(f"model {model_name!r} has parameters on the meta device (no values), e.g. {meta[0]!r}; "
                            "build it with real tensors")
