@@ -154,12 +154,14 @@ def test_audit_log_lines_two_per_attack_and_an_eta_ending_at_zero(monkeypatch):
     etas, rates = [], []
     for i, seconds in enumerate(per_step):
         show({"stage": f"fedsgd: attack {i}", "attack": True})
+        if i == 0:
+            clock.now += 1.0  # the first attack's one-time warm-up (imports) before its first step: not its speed
         for step in range(1, 101):
             clock.now += seconds
             show({"stage": f"fedsgd: attack {i}", "step": step, "total": 100, "loss": 1.0 / step})
             if step % 25 == 0:
                 etas.append(show.eta())
-                rates.append(clock.now / (i + step / 100))
+                rates.append((clock.now - 1.001) / (i + step / 100))
     show({"stage": "writing the report"})
     show.close()
     lines = stream.getvalue().splitlines()
@@ -171,7 +173,7 @@ def test_audit_log_lines_two_per_attack_and_an_eta_ending_at_zero(monkeypatch):
     for (a, b), (ra, rb) in zip(zip(etas, etas[1:]), zip(rates, rates[1:])):
         assert b <= a * (rb / ra) + 1e-9, (a, b, ra, rb)
     assert all(b < a for a, b in zip(etas[:16], etas[1:16]))
-    assert etas[0] == pytest.approx(0.1 * 5.75, rel=0.01)  # 5.75 runs left at 0.1 s a run
+    assert etas[0] == pytest.approx(0.024 / 0.25 * 5.75, rel=0.01)  # 5.75 runs left at the rate after warm-up
 
 
 def test_optimize_logs_to_the_fedleak_logger_without_a_reporter(monkeypatch, caplog):

@@ -134,6 +134,11 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
 
 def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict:
     """The audit once its configuration is valid and ``out`` is locked: data, model, attacks, outputs."""
+    from ..modality import of as modality_of
+
+    modality = modality_of(cfg.data)  # a modality written as one value (tables) walks its own stages
+    if modality is not None:
+        return modality.audit(cfg, out, log, progress, sweep, values, plans, device)
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
     is_text = text_plan.is_text(cfg.data)

@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "returning an nn.Module (called with the DataSpec if it takes an argument); default femnist-cnn")
     g.add_argument("--weights", help="trained checkpoint: .safetensors, or a .pt/.pth state dict (weights_only)")
     g.add_argument("--model-seed", type=int, help="seed of the model's initial weights (default 0)")
-    g.add_argument("--data", help="dataset name (fedleak datasets; default: digits, embedded)")
+    g.add_argument("--data", help="dataset name (fedleak datasets; default: digits, embedded); tables: adult, german "
+                                  "or a .csv/.parquet file with --label COLUMN (docs/tabular.md)")
     g.add_argument("--data-root", help="folder with the dataset files")
     g.add_argument("--samples", type=int, help="samples per client N (default 4 FedSGD, 10 FedAvg)")
     g.add_argument("--clients", type=int, help="clients (or aggregates) to audit; the report gives the distribution")
@@ -61,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="UTF-8 text file of candidate documents, one per non-empty line, for the membership "
                         "test: half of them (seeded) are put in the audited client's data, the rest are not")
     g.add_argument("--text-field", help="text field of .jsonl records (default text)")
-    g.add_argument("--label-field", help="label field of .jsonl records for classifiers (default label)")
+    g.add_argument("--label-field", "--label", dest="label_field",
+                   help="label field of .jsonl records for classifiers, or a table's label column (default label)")
     g = p.add_argument_group("your Flower app (docs/flower.md, 'Audit your app')")
     g.add_argument("--flower-app", metavar="PATH", help="run the Flower app in PATH (its pyproject.toml, ServerApp, "
                    "ClientApp) in Flower's simulation with its strategy audited; --model / --data override its "

@@ -31,7 +31,10 @@ def check_combinations(cfg, sweep: Optional[object]) -> None:
     check_model(cfg.model, cfg.weights, load=False)  # name, folder, GGUF, factory, weights: before any data
     text = is_text(cfg.data)
     if not text:
-        given = [k for k, unset in TEXT_ONLY.items() if getattr(cfg, k) != unset]
+        from ...modality import of as modality_of
+
+        own = getattr(modality_of(cfg.data), "options", ())  # the options a modality object takes (a table's label)
+        given = [k for k, unset in TEXT_ONLY.items() if getattr(cfg, k) != unset and k not in own]
         if given:
             raise FedleakError(f"--{given[0].replace('_', '-')} applies to text audits only (--data text); "
                                f"this audit is of {cfg.data!r} images")

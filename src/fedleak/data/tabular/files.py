@@ -4,7 +4,8 @@ The schema says which columns are categorical and which continuous (a JSON file 
 ``{"column": "categorical" | "continuous" | "drop"}``, optionally ``{"column": ["cat", "egories"]}`` to fix a
 column's category list). Without one it is inferred — a column whose every cell is a number and which holds
 more than ``max_categories`` distinct values is continuous, every other column categorical — and the inferred
-schema is printed as a summary so the user can check and fix it.
+schema is printed as a summary so the user can check and fix it. A mostly numeric column with a few
+non-numbers is continuous, its bad cells errors naming their row.
 
 The file is checked before it is read: a Parquet file must carry Parquet's magic bytes, a table wider than
 :data:`~fedleak.data.tabular.schema.MAX_COLUMNS` is refused from its header, a label column that does not
@@ -107,12 +108,25 @@ def read_schema(schema) -> dict:
 
 
 def _infer(values: list[str], max_categories: int) -> str:
+    """Continuous when at least 90 % of the present cells are numbers of more than ``max_categories`` distinct
+    values (the few others are then reported as bad cells: "thirty" in an age column), else categorical."""
     present = [v.strip() for v in values if v.strip() not in MISSING]
+    numbers = set()
+    for v in present:
+        try:
+            numbers.add(float(v))
+        except ValueError:
+            pass
+    share = sum(1 for v in present if _is_number(v)) / max(len(present), 1)
+    return "continuous" if share >= 0.9 and len(numbers) > max_categories else "categorical"
+
+
+def _is_number(text: str) -> bool:
     try:
-        [float(v) for v in present]
+        float(text)
     except ValueError:
-        return "categorical"
-    return "continuous" if len(set(present)) > max_categories else "categorical"
+        return False
+    return True
 
 
 def read_table(path, label: str, schema=None, *, echo: Optional[Callable[[str], None]] = None,
