@@ -225,17 +225,33 @@ def test_second_app_audited_unchanged(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_failed_runs_end_non_zero(tmp_path, capsys):
-    """A ServerApp that raises, one that starts no strategy: one line naming it, exit 2, Ray stopped."""
+def test_a_run_flower_ends_ends_non_zero(tmp_path, capsys):
+    """A ServerApp that raises inside Flower's simulation: one line naming it, exit 2, Ray stopped."""
     app = build_app(tmp_path, "failing_app")
     out = tmp_path / "out"
     assert main(["audit", "--flower-app", str(app), "--run-config", "mode='crash'", "--out", str(out)]) == 2
     line = _one_error_line(capsys)
     assert "the Flower run of failing-app ended: RuntimeError: the test ServerApp crashed on purpose" in line
     assert not _ray_running() and not (out / "metrics.json").exists()
+
+
+def test_a_serverapp_that_starts_no_strategy_cannot_be_wrapped(tmp_path, capsys, monkeypatch):
+    """Nothing called Strategy.start (the ServerApp's main, run here without Ray): one line, exit 2."""
+    from fedleak.integrations.flower import app_audit, app_runtime
+
+    def run_main_only(app, watch, supernodes, share_truth):  # the ServerApp's own main, no nodes needed
+        from flwr.app import Context, RecordDict
+
+        with app_runtime.wrapped_start(watch):
+            app.server_app._main(None, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                               run_config=dict(app.run_config)))
+
+    monkeypatch.setattr(app_audit, "simulate", run_main_only)
+    app = build_app(tmp_path, "nostart_app")
+    out = tmp_path / "out"
     assert main(["audit", "--flower-app", str(app), "--run-config", "mode='nostart'", "--out", str(out)]) == 2
     assert "started no Message-API strategy" in _one_error_line(capsys)
-    assert not _ray_running() and not (out / "metrics.json").exists()
+    assert not (out / "metrics.json").exists()
 
 
 def test_example_readme_command_is_the_one_tested():

@@ -71,7 +71,8 @@ def threat_model(summaries: dict, records: list, knowledge: dict) -> dict:
     if scored:
         tm = judge_evidence(scored, knowledge=knowledge)
         if attacker == "high" and tm["verdict"] != "high":  # a verbatim readout the batch did not contradict
-            tm["verdict"] = "high"
+            tm.update(verdict="high", evidence="estimated", evidence_text=next(
+                r["leakage"]["evidence"] for r in records if (r.get("leakage") or {}).get("level") == "high"))
         reported = sum(s["scored_targets"] for s in scored.values())
         total = sum(s["replies"] for s in summaries.values())
         tm["truth"] = f"client-reported batches of {reported} of {total} attacked replies"
@@ -146,6 +147,7 @@ def point(records: list, canary: Optional[dict], malicious: Optional[list], note
     knowledge = {"threat_model_sok": "C", "threat_model_sok_name": "Parameter-Aware Eavesdropper",
                  "batchnorm": None, "labels": "inferred by the attack (never the client's)"}
     tms = {HONEST: threat_model(summaries, honest_records, knowledge)}
+    mal = {}
     if malicious:
         mal = attack_summaries(malicious, iterations, factor)
         tms[MALICIOUS] = threat_model(mal, malicious, {**knowledge, "threat_model_sok": "F",
@@ -157,6 +159,8 @@ def point(records: list, canary: Optional[dict], malicious: Optional[list], note
             f"round(s) of {settings.get('supernodes', '?')} simulated node(s); every reply attacked as the server "
             f"received it. Not seen: {CANNOT_SEE}.")
     scenarios = {"flower": {"attacks": summaries, "text": text, "records": len(records)}}
+    if mal:  # the second run, whose server shipped the app's malicious model
+        scenarios["flower, malicious server"] = {"attacks": mal, "records": len(malicious)}
     return {"value": None, "threat_models": tms, "scenarios": scenarios, "epsilon": {},
             "settings": settings, "verdicts": {k: v["verdict"] for k, v in tms.items()}}
 
