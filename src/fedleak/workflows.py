@@ -199,7 +199,10 @@ def inspect_model_file(path, *, model: Optional[str] = None, data: str = "digits
     from .fl.inspect_file import inspect_file
 
     api_arguments("inspect_model_file", path=(path, (str, os.PathLike), "a model file path"),
-                  model=(model, (str, type(None)), "an architecture name or None"))
+                  model=(model, (str, type(None)), "an architecture name or None"),
+                  data=(data, str, "a dataset name"), seed=(seed, int, "an integer seed from 0 to 2**32-1"),
+                  dsnr_batch=(dsnr_batch, int, "a number of inputs"),
+                  threshold=(threshold, (int, float), "a number in (0, 1]"))
     return inspect_file(path, model=model, data=data, data_root=data_root, threshold=threshold,
                         dsnr_batch=dsnr_batch, seed=seed)
 
@@ -229,6 +232,12 @@ def run_experiment(config=None, out="runs/out", *, preset: Optional[str] = None,
     from .runs.execution import make_executor
     from .runs.experiment import run_experiment as run_jobs
 
+    import os
+
+    from .config.boundary import api_arguments
+
+    api_arguments("run_experiment", out=(out, (str, os.PathLike), "a folder path"),
+                  preset=(preset, (str, type(None)), "a preset name or None"))
     if bool(config) == bool(preset):
         raise FedleakError("give either a CONFIG.yaml or --preset NAME (see `fedleak presets`)")
     if dtype not in DTYPES:  # before any work (the CLI's --dtype is checked by its parser)
