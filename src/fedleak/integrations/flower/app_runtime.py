@@ -226,7 +226,7 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
                "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     from flwr.supercore.telemetry import EventType as Telemetry
 
-    import flwr.simulation.run_simulation as runtime
+    runtime = sys.modules["flwr.simulation.run_simulation"]  # the module (its package exports a function by that name)
 
     launch = runtime.run_serverapp_th
     servers: list = []
