@@ -22,6 +22,10 @@ One job per module:
 * :mod:`.recipes` — Flower's DP modes around the audit (server wrapper, client mods).
 * :mod:`.grid` — :class:`InlineGrid`: a Message-API ``Grid`` that runs ClientApps in this process
   (no Ray, no SuperLink), and :func:`run_inline`.
+* :mod:`.app_loading`, :mod:`.app_runtime`, :mod:`.app_audit`, :mod:`.app_report` — ``fedleak audit --flower-app
+  PATH``: the user's own app loaded by Flower's code, run in Flower's simulation runtime with its strategy's
+  ``start`` wrapped by ``LeakageAudit`` (and ``CanaryAudit``), written as the audit's ``report.html`` /
+  ``metrics.json`` with one overall verdict line.
 * :mod:`.demo` — ``python -m fedleak.integrations.flower.demo``.
 * :mod:`.legacy` — :class:`LeakageRecorder` for the legacy ``flwr.server.strategy`` API.
 
