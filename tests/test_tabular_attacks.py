@@ -83,3 +83,14 @@ def test_exact_attacks_prove_a_tabular_mlp_batch(name):
     assert scores["accuracy"] == 1.0 and scores["exact_match_rate"] == 1.0
     assert spec.schema.decode(rec.inputs.reshape(4, -1))["age"] == spec.schema.decode(clients[0].inputs)["age"] or \
         sorted(spec.schema.decode(rec.inputs.reshape(4, -1))["age"]) == sorted(spec.schema.decode(clients[0].inputs)["age"])
+
+
+def test_tableak_on_fedavg_simulates_every_local_epoch(adult):
+    """FedAvg: one block of records per local epoch (labels tiled over them), matched and averaged into n records."""
+    spec, clients = adult
+    model = build("tabular-mlp", spec)
+    update = client_update(model, clients[0], Protocol("fedavg", 2, 2, 0.05, reshuffle=False),
+                           metadata={"labels": clients[0].labels.tolist()})
+    rec = attack("tableak", iterations=3, restarts=2).reconstruct(update, model, spec)
+    assert rec.inputs.shape == (4, spec.schema.width) and rec.extras["target"] == "simulation"
+    assert rec.candidates.shape == (2, 4, spec.schema.width)

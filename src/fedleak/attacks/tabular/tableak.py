@@ -83,8 +83,10 @@ class TabLeak(Attack):
         z = (torch.rand(restarts, epochs * n, schema.width, generator=generator) * 2 - 1).to(first)
         forward = _StructuralPrior(schema, first, o.softmax)
 
+        tiled = labels.repeat(epochs)  # one block of records per local epoch, each with the n labels
+
         def distances(x: torch.Tensor, graph: bool = True) -> torch.Tensor:
-            return cosine_distances(simulate(ensemble, update.server_params, x, labels, schedule, update.protocol.lr,
+            return cosine_distances(simulate(ensemble, update.server_params, x, tiled, schedule, update.protocol.lr,
                                              create_graph=graph, train_mode=update.protocol.train_mode), observed)
 
         def objective(step: int) -> torch.Tensor:
