@@ -13,7 +13,8 @@ Each follows its reference implementation's layout and initialization at CIFAR s
 * ``vit-tiny`` / ``vit-tiny-zero-head`` — Dosovitskiy et al. (2021) with DeiT-tiny widths (192, 3 heads, depth
   6 here), patch 4, class token, truncated-normal 0.02 initialization; the second with the zero-initialized head
   of the JAX reference;
-* ``mlp-mnist`` (784-256-128-C) and ``mlp-cifar`` (3072-512-C), PyTorch's default initialization.
+* ``mlp-mnist`` (784-256-128-C), ``mlp-cifar`` (3072-512-C) and ``mlp-small`` (784-64-16-C: a head of 16
+  features), PyTorch's default initialization.
 """
 
 from __future__ import annotations
@@ -185,6 +186,7 @@ ARCHITECTURES = {
     "vit-tiny-zero-head": (lambda c: ViT(c, zero_head=True), (3, 32, 32)),
     "mlp-mnist": (lambda c: MLP([784, 256, 128, c]), (1, 28, 28)),
     "mlp-cifar": (lambda c: MLP([3072, 512, c]), (3, 32, 32)),
+    "mlp-small": (lambda c: MLP([784, 64, 16, c]), (1, 28, 28)),
 }
 
 

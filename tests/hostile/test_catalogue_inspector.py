@@ -81,3 +81,19 @@ def test_honest_models_of_federated_architectures_pass_and_fishing_on_them_is_fl
     assert not inspection.suspicious, inspection.summary()
     spec = fedleak.DataSpec("x", (3, 32, 32), 10, (0.0,) * 3, (1.0,) * 3)
     assert inspect_state(fishing(model, spec, target_class=3, shift=30.0).state_dict()).suspicious
+
+
+def test_random_heads_of_few_features_are_not_feature_fishing():
+    """A random row of few features puts most of its mass on one by chance (10 classes of 8 features: 8.6 % of
+    random heads above the 0.8 share): the one-feature test starts at 32 features; a head that does rest on one
+    feature there is still flagged."""
+    generator = torch.Generator().manual_seed(0)
+    for features in (8, 10, 12, 16):
+        for _ in range(50):
+            state = {"fc.weight": torch.randn(10, features, generator=generator), "fc.bias": torch.zeros(10)}
+            assert not inspect_state(state).suspicious, features
+    fished = {"fc.weight": torch.randn(10, 64, generator=generator) * 0.1, "fc.bias": torch.zeros(10)}
+    fished["fc.weight"][3].zero_()
+    fished["fc.weight"][3, 5] = 1.0
+    fished["fc.bias"][3] = -0.1
+    assert [f.signature for f in inspect_state(fished).findings] == ["fishing"]

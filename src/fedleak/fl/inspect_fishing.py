@@ -29,15 +29,23 @@ from .findings import Finding
 #: limits beyond which a statistic singles out one class or feature (honest maxima are measured in
 #: benchmarks/results/inspect-fishing.json, far below these)
 LIMITS = {"row_ratio": 8.0, "bias_gap": 4.0, "feature_share": 0.8, "column_ratio": 25.0}
-def limits_for(classes: int) -> dict:
-    """:data:`LIMITS` for a classifier of ``classes`` outputs. The row-norm limit grows with the classes:
-    a zero-initialized head after one gradient step on one input has rows in ratio C − 1 (the true class
-    against the others), honest and rank one; fishing silences rows (ratio ∞) or shrinks them far more."""
-    return {**LIMITS, "row_ratio": max(LIMITS["row_ratio"], 2.0 * classes)}
+def limits_for(classes: int, features: Optional[int] = None) -> dict:
+    """:data:`LIMITS` for a classifier of ``classes`` outputs and ``features`` inputs. The row-norm limit grows
+    with the classes: a zero-initialized head after one gradient step on one input has rows in ratio C − 1
+    (the true class against the others), honest and rank one; fishing silences rows (ratio ∞) or shrinks them
+    far more. The one-feature share is a test only from :data:`MIN_SHARE_FEATURES` inputs on: a random row of
+    few features puts most of its mass on one by chance (10 classes of 8 features: 8.6 % of random heads
+    above 0.8, of 16: 0.03 %, of 24 or more: none in 20,000)."""
+    limits = {**LIMITS, "row_ratio": max(LIMITS["row_ratio"], 2.0 * classes)}
+    if features is not None and features < MIN_SHARE_FEATURES:
+        limits["feature_share"] = float("inf")
+    return limits
 
 
 #: fewest classes and features for the test (a 2-class head can be lopsided by training)
 MIN_CLASSES, MIN_FEATURES = 3, 8
+#: fewest features for the one-feature share (see :func:`limits_for`)
+MIN_SHARE_FEATURES = 32
 #: the most outputs a classifier has (a larger last layer is an embedding or a decoder, not logits)
 MAX_CLASSES = 1000
 
@@ -112,7 +120,7 @@ def fishing_finding(state: Mapping[str, torch.Tensor]):
     if not (MIN_CLASSES <= classes <= MAX_CLASSES) or features < MIN_FEATURES:
         return None
     stats = fishing_statistics(weight, bias)
-    limits = limits_for(classes)
+    limits = limits_for(classes, features)
     beyond = {k: v for k, v in stats.items() if v > limits[k]}
     if not beyond:
         return None
@@ -129,5 +137,6 @@ def fishing_finding(state: Mapping[str, torch.Tensor]):
     shown = ", ".join(f"{k} {v:.3g} > {limits[k]:g}" for k, v in beyond.items())
     detail = f"{words[worst]}: {shown}" + (f"; target output {target}" if target is not None else "")
     evidence = {k: (None if v == float("inf") else v) for k, v in stats.items()}
+    limits = {k: (None if v == float("inf") else v) for k, v in limits.items()}  # strict JSON in reports
     return Finding(name, "fishing", confidence, detail, {**evidence, "limits": limits, "target": target,
                                                           "classes": classes, "features": features})
