@@ -13,6 +13,7 @@ Every job is one line of ``benchmarks/results/tabular.json`` (rewritten after ea
 skipped, so a stopped run resumes), with CPU seconds, wall seconds, threads, load average and device.
 
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_tabular.py [--jobs NAME,...] [--batches 1]
+    python benchmarks/bench_tabular.py --doc     # the table of docs/tabular.md from the results file
 """
 
 from __future__ import annotations
@@ -86,6 +87,47 @@ def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
     return row
 
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "tabular.md"
+MARK = ("<!-- regen:bench-tabular -->", "<!-- /regen:bench-tabular -->")
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    """The results as a markdown table (means over the batches of each job)."""
+    lines = ["| data | protocol | B | attack | batches | cells right (%) | categorical | continuous | records whole "
+             "(EMR, %) | random (%) | prior (%) | low-entropy 25 % cat / cont | proved | CPU s (mean) | load avg |",
+             "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|"]
+    for name in JOBS:
+        group = [r for r in rows if r["job"] == name]
+        if not group:
+            continue
+
+        def mean(key, sub=None):
+            values = [(r[key][sub] if sub else r[key]) for r in group]
+            values = [v for v in values if v is not None]
+            return sum(values) / len(values) if values else None
+
+        r0 = group[0]
+        low = (f"{_pct(mean('categorical_low_entropy_accuracy'))} / {_pct(mean('continuous_low_entropy_accuracy'))}"
+               if "categorical_low_entropy_accuracy" in r0 else "-")
+        proved = ("yes" if all(r.get("proved") for r in group) else "no") if "proved" in r0 else "-"
+        lines.append(f"| {r0['dataset']} | {r0['algorithm']} | {r0['records']} | {r0['attack']} | {len(group)} | "
+                     f"{_pct(mean('accuracy'))} | {_pct(mean('categorical_accuracy'))} | "
+                     f"{_pct(mean('continuous_accuracy'))} | {_pct(mean('exact_match_rate'))} | "
+                     f"{_pct(mean('random', 'accuracy'))} | {_pct(mean('prior', 'accuracy'))} | {low} | {proved} | "
+                     f"{mean('cpu_seconds'):.1f} | {r0['load_average'][0]:.1f} |")
+    return "\n".join(lines)
+
+
+def write_doc(rows: list[dict]) -> None:
+    text = DOC.read_text()
+    start, end = text.index(MARK[0]) + len(MARK[0]), text.index(MARK[1])
+    DOC.write_text(text[:start] + "\n" + table(rows) + "\n" + text[end:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names (default: all, in order)")
@@ -93,7 +135,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model-seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--doc", action="store_true", help="only regenerate docs/tabular.md's table")
     args = parser.parse_args()
+    if args.doc:
+        write_doc(json.loads(Path(args.out).read_text())["rows"])
+        return
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.is_file() else []
