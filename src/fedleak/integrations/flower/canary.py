@@ -233,5 +233,7 @@ class CanaryAudit(Strategy):
 
             folder = prepare_out_dir(self.out, "out")
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "canary-audit.json").write_text(json.dumps(result, indent=1, allow_nan=True) + "\n")
+            tmp = folder / "canary-audit.json.tmp"  # atomic: a report is the old one or the whole new one
+            tmp.write_text(json.dumps(result, indent=1, allow_nan=True) + "\n")
+            tmp.replace(folder / "canary-audit.json")
         return result
