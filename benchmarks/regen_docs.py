@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = (ROOT / "docs" / "verdict.md", ROOT / "docs" / "performance.md", ROOT / "docs" / "text-attacks.md",
-        ROOT / "docs" / "llm.md")
+        ROOT / "docs" / "llm.md", ROOT / "README.md", ROOT / "docs" / "reproducibility.md")
 BLOCK = re.compile(r"(<!-- regen:([\w-]+) -->\n)(.*?)(<!-- /regen:\2 -->)", re.S)
 
 
@@ -281,7 +281,78 @@ def llm_flowertune() -> str:
                               "\"at 0.1 %\" is the TPR with no false positive.\n")
 
 
-TABLES = {"verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
+def readme_audit() -> str:
+    """The README's first screen: the default audit's table and verdicts as ``bench_audit.py`` last measured them."""
+    data = _load("audit_timing.json")
+    m = data["measurements"][-1]
+    run = m["runs"]["default"][-1]
+    table = [line for line in run["table"] if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    rows = ["| " + " | ".join(header) + " |", "|---|---|" + "--:|" * (len(header) - 2)]
+    rows += ["| " + " | ".join(c.strip() for c in line.strip("|").split("|")) + " |" for line in table[2:]]
+    verdicts = ", ".join(f"{name} server **{level}**" for name, level in run["verdicts"].items())
+    return ("\n".join(rows) + f"\n\nVerdicts: {verdicts}. Seed 0, {m['torch_threads']} torch thread, torch {m['torch']}, "
+            f"{run['seconds']:.0f} s on {m['cpu_count']} CPU cores at load {run['load_average_before'][0]:.1f} "
+            f"({m['when'][:10]}; `benchmarks/bench_audit.py`, `benchmarks/results/audit_timing.json`).\n")
+
+
+def audit_spread() -> str:
+    """The default audit under both CPU kernel sets and three seeds (``audit_spread.py``), and what moves most."""
+    data = _load("audit_spread.json")
+    keys = ("fedsgd/inverting-gradients", "fedavg/dimitrov", "fedavg/agic", "fedavg/awa-no-bo", "malicious/imprint")
+    rows = ["| kernels | seed | honest-but-curious | malicious | " + " | ".join(f"{k}: PSNR dB (IIP %)" for k in keys)
+            + " | s | load |", "|---|--:|---|---|" + "--:|" * (len(keys) + 2)]
+    for r in data["runs"]:
+        cells = [f"{r['scores'][k]['psnr']:.2f} ({100 * r['scores'][k]['iip']:.0f})" if k in r["scores"] else "—"
+                 for k in keys]
+        rows.append(f"| {r['capability']} | {r['seed']} | {r['verdicts']['honest-but-curious']} | "
+                    f"{r['verdicts']['malicious']} | " + " | ".join(cells) + f" | {r['seconds']:.0f} | "
+                    f"{r['load_average_before'][0]:.1f} |")
+    summary = data["summary"]
+
+    def span(key, over="over_all_runs"):
+        s = summary[key]["psnr"][over]
+        return f"{s['min']:.1f}–{s['max']:.1f} dB"
+
+    per_seed = summary["fedavg/dimitrov"]["psnr"]["over_capabilities_per_seed"]
+    widest = max(per_seed.items(), key=lambda kv: kv[1]["range"])
+    return ("\n".join(rows) + f"\n\nOver all runs Inverting Gradients on the FedSGD client reads "
+            f"{span('fedsgd/inverting-gradients')} and Dimitrov et al. {span('fedavg/dimitrov')}; between the two "
+            f"kernel sets at one seed Dimitrov et al. moves at most {widest[1]['range']:.2f} dB (seed {widest[0]}). "
+            f"torch {data['torch']}, {data['torch_threads']} thread, {data['cpu_count']} CPU cores "
+            f"(`benchmarks/results/audit_spread.json`).\n")
+
+
+def readme_table1() -> str:
+    """How long Dimitrov et al.'s Table 1 takes at the README's scales (``bench_table1_scale.py``), and the quick
+    run's CPU time projected from the smoke run by the variants' measured seconds per iteration."""
+    from datetime import timedelta
+
+    data = _load("table1_scale.json")
+    per_iteration = {k: v["seconds_per_iteration"] for k, v in _load("dimitrov_table1_femnist_E10-m5.json")["variants"].items()}
+    smoke, quick = data["scales"]["smoke"], data["scales"]["quick"]
+
+    def span(seconds):
+        h, rest = divmod(round(seconds), 3600)
+        m, sec = divmod(rest, 60)
+        return f"{h} h {m:02d} min" if h else (f"{m} min {sec:02d} s" if m else f"{sec} s")
+
+    # the quick command: 10 clients of ours-prior (dimitrov), shared (dimitrov-shared) and fedsgd (dimitrov-fedsgd)
+    factor = sum(per_iteration[v] for v in ("dimitrov", "dimitrov-shared", "dimitrov-fedsgd")) / per_iteration["dimitrov"]
+    projected = 10 * factor * smoke["cpu_s"]
+    est = quick["estimate"]
+    return (f"The smoke scale (the first command: 1 client, `ours-prior`, 50 iterations) took {smoke['cpu_s']:.0f} "
+            f"CPU-seconds ({span(smoke['wall_s'])} wall at load {smoke['load_average_before'][0]:.1f} on "
+            f"{data['environment']['cpu_count']} cores). The `--quick` command (the second: 30 jobs) is about "
+            f"{span(projected)} of one core by the variants' measured seconds per iteration "
+            f"(`benchmarks/results/dimitrov_table1_femnist_E10-m5.json`); at load "
+            f"{quick['load_average_before'][0]:.1f} it estimated {span(est['seconds'])} for itself after its first "
+            f"iterations. The full scale runs 400 iterations a job, 8× the quick one's, on 100 clients "
+            f"(`benchmarks/bench_table1_scale.py`, `benchmarks/results/table1_scale.json`).\n")
+
+
+TABLES = {"readme-audit": readme_audit, "audit-spread": audit_spread, "readme-table1": readme_table1,
+          "verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
           "gpu-speed": gpu_speed, "text-cases": text_cases, "text-heldout": text_heldout,
           "llm-dager": llm_dager, "llm-boundary": llm_boundary, "llm-flowertune": llm_flowertune}
 

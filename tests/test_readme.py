@@ -138,4 +138,15 @@ def test_fast_blocks_run_as_pasted(tmp_path):
     seconds = time.perf_counter() - start
     if seconds > FAST_BUDGET_S and os.getloadavg()[0] < 2 * (os.cpu_count() or 1):
         pytest.fail(f"the README's fast blocks took {seconds:.0f} s (budget {FAST_BUDGET_S:.0f} s): mark one slow")
-    assert (tmp_path / "runs/tiny/report.html").exists() and (tmp_path / "rec").is_dir()
+    assert (tmp_path / "runs/tiny/report.html").exists() and (tmp_path / "runs/rec").is_dir()
+    # issue 46: every output lands under runs/ (one ignored folder), nothing else in the clone
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".venv", "runs"]
+
+
+def test_every_example_writes_under_runs():
+    """Issue 46: `--out`, `--to` and saved files of the README's examples all name a path under runs/."""
+    text = "\n".join(code for kind, _, code in blocks() if kind != "install")
+    outs = re.findall(r"--(?:out|to) (\S+)", text) + re.findall(r"\.save\(['\"]([^'\"]+)['\"]\)", text) \
+        + re.findall(r"['\"]([^'\"\s]+\.safetensors)['\"]\)", text)
+    assert len(outs) >= 10 and all(o.startswith("runs/") for o in outs), outs
+    assert "/runs/" in (ROOT / ".gitignore").read_text().splitlines()
