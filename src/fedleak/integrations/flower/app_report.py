@@ -99,17 +99,24 @@ def dp_verdict(canary: Optional[dict], mechanisms: list, notes: list) -> Optiona
         test = canary.get("claim_test") or {}
         m, lower = canary["canaries"], canary.get("epsilon_lower")
         bound = f"one-run lower bound ε ≥ {lower:.2f}" if isinstance(lower, (int, float)) else "no lower bound"
-        acc = (canary.get("epsilon_accountant") or {}).get("flower_rdp")
+        accounts = canary.get("epsilon_accountant") or {}
+        acc = accounts.get("flower_rdp")
         claimed = f"Flower's accountant ε = {acc:.2f}" if isinstance(acc, (int, float)) else "no accountant ε"
+        seen, sigma = accounts.get("canary_noise_multiplier"), accounts.get("noise_multiplier")
+        if isinstance(seen, (int, float)) and isinstance(sigma, (int, float)) and abs(seen - sigma) > 1e-9:
+            claimed += (f"; the test is of the noise the canaries should see, σ = {seen:.3g} rather than the "
+                        f"wrapper's {sigma:.3g} (Flower sizes its noise for num_sampled_clients replies, not the "
+                        f"real ones plus {canary.get('canaries_inserted')} inserted canaries): a weaker test than at "
+                        f"{sigma:.3g}")
         if test.get("rejected"):
             return {"verdict": "violated", "short": f"claim violated at {m:,} canaries",
-                    "evidence": f"proved: the canaries' one-run test rejects the claimed σ (p = {test['p_value']:.2g} "
+                    "evidence": f"proved: the canaries' one-run test rejects the claimed noise (p = {test['p_value']:.2g} "
                                 f"< {test['alpha']}); {bound}; {claimed}"}
         if test:
             return {"verdict": "consistent", "short": f"claim holds at {m:,} canaries",
-                    "evidence": f"not found at this budget: the one-run test does not reject the claimed σ "
-                                f"(p = {test['p_value']:.2g}); {bound}, beside {claimed}; a smaller fault than "
-                                f"{m:,} canaries can detect may exist"}
+                    "evidence": f"consistent at this budget, not proved: the one-run test does not reject the "
+                                f"claimed noise (p = {test['p_value']:.2g}, {m:,} canaries); {bound}, beside {claimed}; "
+                                f"a fault smaller than {m:,} canaries can detect is not excluded"}
         return {"verdict": "consistent", "short": f"{bound} at {m:,} canaries",
                 "evidence": f"{bound} beside {claimed}; the strategy reports no σ to test the claim against"}
     if mechanisms:
