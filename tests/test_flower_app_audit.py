@@ -369,3 +369,9 @@ def test_a_serverapp_outliving_its_simulation_is_stopped():
     thread.start()
     stop_serverapp(grid, thread, wait=10)
     assert not thread.is_alive() and seen == ["the Flower simulation ended"]
+
+
+def test_app_flags_without_an_app_are_refused(tmp_path, capsys):
+    assert main(["audit", "--run-config", "x=1", "--canaries", "5", "--out", str(tmp_path / "o")]) == 2
+    assert "--run-config, --canaries apply to a Flower app: add --flower-app PATH" in _one_error_line(capsys)
+    assert not (tmp_path / "o").exists()

@@ -27,8 +27,9 @@ def cmd_audit(args) -> int:
     from .audit import audit
     from .audit.plan.arguments import config_from_args
 
-    if getattr(args, "flower_app", None) is not None:  # the user's Flower app (integrations/flower/app_audit.py)
-        from .integrations.flower.app_audit import from_args
+    if any(getattr(args, k, None) not in (None, False) for k in ("flower_app", "run_config", "malicious_run_config",
+                                                                  "supernodes", "canaries", "share_truth")):
+        from .integrations.flower.app_flags import from_args  # the user's Flower app (docs/flower.md)
 
         return 0 if from_args(args) else 1
     quiet = args.quiet or args.no_progress

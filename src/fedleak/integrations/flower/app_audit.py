@@ -191,22 +191,6 @@ def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = 
     return result
 
 
-def from_args(args) -> dict:
-    """``fedleak audit --flower-app PATH …``: the flags of :func:`audit_flower_app` (the other audit flags that
-    describe a deployment do not apply and are refused, naming them)."""
-    ignored = [f"--{k.replace('_', '-')}" for k in ("weights", "algorithm", "epochs", "batch_size", "defense",
-                                                     "sweep", "attacks", "samples", "clients", "config")
-               if getattr(args, k, None) not in (None, False)]
-    if ignored:
-        raise FedleakError(f"--flower-app runs the app as it is: {', '.join(ignored)} describe(s) another deployment "
-                           "and cannot be combined with it")
-    quiet = bool(getattr(args, "quiet", False) or getattr(args, "no_progress", False))
-    return audit_flower_app(args.flower_app, out=args.out, run_config=args.run_config,
-                            malicious_run_config=args.malicious_run_config, supernodes=args.supernodes,
-                            canaries=args.canaries, model=args.model, data=args.data, share_truth=args.share_truth,
-                            log=None if quiet else print)
-
-
 #: the keywords ``fedleak.audit(flower_app=…)`` passes on
 API_KEYS = ("run_config", "malicious_run_config", "supernodes", "canaries", "model", "data", "share_truth")
 
