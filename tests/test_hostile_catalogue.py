@@ -413,13 +413,14 @@ def test_caches_point_inside_out(tmp_path, monkeypatch):
 
 
 def test_results_of_another_configuration_are_kept_apart(tmp_path):
-    from fedleak.runs.job_files import write_json
+    from fedleak.runs.job_files import sealed, write_json
     from fedleak.runs.run_report import write_outputs
 
     base = {"setting": "s", "variant": "v", "attack": "a", "client_index": 0, "num_samples": 1, "seconds": 1.0,
             "job_hash": "h", "psnr": 20.0, "ssim": 0.5, "rec_percent": 50.0}
-    write_json(tmp_path / "jobs" / "s" / "v" / "c0.json", {**base, "client": "c0", "config_hash": "old"})
-    write_json(tmp_path / "jobs" / "s" / "v" / "c1.json", {**base, "client": "c1", "config_hash": "new"})
+    # sealed as fedleak writes them (a job file without its record_digest is not fedleak's: issue 47 class 8)
+    write_json(tmp_path / "jobs" / "s" / "v" / "c0.json", sealed({**base, "client": "c0", "config_hash": "old"}))
+    write_json(tmp_path / "jobs" / "s" / "v" / "c1.json", sealed({**base, "client": "c1", "config_hash": "new"}))
     summary = write_outputs(tmp_path, "x", config_hash="new")
     assert summary["jobs"] == 1 and summary["jobs_of_other_configurations"] == 1 and summary["config_hash"] == "new"
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
