@@ -87,7 +87,7 @@ def client_update(
                 torch.cuda.manual_seed(int(seed) + 104_729)
             result = local_training(model, server, inputs, data.labels.to(first.device), schedule, protocol.lr,
                                     buffers=buffers, defense=defense, generator=generator,
-                                    train_mode=protocol.train_mode)
+                                    train_mode=protocol.train_mode, optimizer=protocol.optimizer)
     except (RuntimeError, IndexError) as exc:
         raise FedleakError(f"the model cannot be trained on client {data.client_id}'s data "
                            f"(inputs {tuple(inputs.shape)}, labels {data.labels.min().item()}..{data.labels.max().item()}): "

@@ -149,6 +149,7 @@ def local_training(
     train_mode: bool = True,
     checkpoint_every: int = 0,
     private_buffers: bool = False,
+    optimizer: str = "sgd",
 ) -> LocalResult:
     """Run local SGD (Alg. 1) from ``params`` over ``schedule``; functional, optionally differentiable.
 
@@ -167,6 +168,10 @@ def local_training(
     recompute a segment once per inner gradient). Memory grows with T/k + k steps instead of T;
     the result is the same; the forward pass runs the steps once more, without a graph. The
     returned tensors support one backward pass (what an attack does), not higher-order ones.
+
+    ``optimizer="adamw"``: each step is AdamW's (:class:`_AdamW`, a fresh state, constant lr) instead of
+    plain SGD; the gradient sum is then the pseudo-gradient (θˢ − θᶜ)/η the server computes, no longer a sum
+    of gradients.
     """
     defense = defense if defense is not None else Defense()
     if loss_fn is None:  # the model's own loss (a text model's next-token loss), else cross-entropy
@@ -183,8 +188,13 @@ def local_training(
     if not batches:
         raise FedleakError("the batch schedule is empty: no local step was taken")
     start = {k: (v if create_graph else v.detach()) for k, v in params.items()}
+    adam = _AdamW(lr) if optimizer == "adamw" else None
+    if optimizer not in ("sgd", "adamw"):
+        raise FedleakError(f"unknown optimizer {optimizer!r}; allowed: sgd, adamw")
     with _mode(model, train_mode):
         if create_graph and checkpoint_every and len(batches) > 1:
+            if adam is not None:
+                raise FedleakError("checkpoint_every simulates plain SGD steps; optimizer='adamw' cannot use it")
             if keep_steps:
                 raise FedleakError("keep_steps cannot be combined with checkpoint_every")
             final = _checkpointed_steps(model, start, buffers, inputs, labels, batches, lr, loss_fn,
@@ -199,12 +209,40 @@ def local_training(
                 g = _batch_gradient(model, current, buffers, x, y, loss_fn, create_graph)
             if keep_steps:
                 steps.append(g)
-            if i == len(batches) - 1:  # the last update is formed only when θᶜ is asked for
+            if adam is not None:
+                current = adam.step(current, g)
+                if i == len(batches) - 1:
+                    return LocalResult(start, lr, len(batches), steps, params=current)
+            elif i == len(batches) - 1:  # the last update is formed only when θᶜ is asked for
                 return LocalResult(start, lr, len(batches), steps, before_last=current, last_grad=g)
-            current = {k: current[k] - lr * g[k] for k in current}
+            else:
+                current = {k: current[k] - lr * g[k] for k in current}
             if not create_graph:
                 current = {k: v.detach() for k, v in current.items()}
     raise AssertionError("unreachable")
+
+
+class _AdamW:
+    """AdamW's step as ``torch.optim.AdamW`` computes it (Loshchilov & Hutter, ICLR 2019, Alg. 2; bias-corrected
+    moments, decoupled weight decay), functional: w ← w − η·λ·w − η·m̂/(√v̂ + ε), at the Hugging Face Trainer's
+    defaults (β = (0.9, 0.999), ε = 1e-8, λ = 0). A fresh state per round, as a Trainer built per round has."""
+
+    def __init__(self, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.t, self.m, self.v = 0, {}, {}
+
+    def step(self, current: Params, g: Params) -> Params:
+        b1, b2 = self.betas
+        self.t += 1
+        out = {}
+        for k, w in current.items():
+            self.m[k] = b1 * self.m.get(k, 0) + (1 - b1) * g[k]
+            self.v[k] = b2 * self.v.get(k, 0) + (1 - b2) * g[k] * g[k]
+            m_hat = self.m[k] / (1 - b1 ** self.t)
+            v_hat = self.v[k] / (1 - b2 ** self.t)
+            w = w * (1 - self.lr * self.weight_decay) if self.weight_decay else w
+            out[k] = w - self.lr * m_hat / (v_hat.sqrt() + self.eps)
+        return out
 
 
 def _checkpointed_steps(model, start: Params, buffers: Params, inputs, labels, batches, lr, loss_fn,

@@ -9,6 +9,9 @@ from typing import Optional
 from ..errors import FedleakError
 from .limits import ALGORITHMS, MAX_EPOCHS, MAX_SAMPLES, _is_int, _is_real
 
+#: the client's local optimizer (:func:`fedleak.fl.local_sgd.local_training`)
+OPTIMIZERS = ("sgd", "adamw")
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -20,7 +23,10 @@ class Protocol:
     (the paper's ``--rand_batch``), else the data order every epoch; the last batch is smaller
     when m does not divide N. ``train_mode``: BatchNorm layers use the batch statistics during
     local training (``model.train()``, default) or the running statistics the server sent
-    (``model.eval()``, as in Inverting Gradients' / AGIC's reference setups).
+    (``model.eval()``, as in Inverting Gradients' / AGIC's reference setups). ``optimizer``: ``sgd``
+    (Alg. 1's plain steps, default) or ``adamw`` (a fresh AdamW state each round at a constant lr, the
+    Hugging Face Trainer's defaults: β = (0.9, 0.999), ε = 1e-8, no weight decay — FlowerTune's client,
+    which builds a new Trainer every round with ``lr_scheduler_type`` constant).
     """
 
     algorithm: str = "fedsgd"
@@ -29,6 +35,7 @@ class Protocol:
     lr: float = 0.004
     reshuffle: bool = True
     train_mode: bool = True
+    optimizer: str = "sgd"
 
     def __post_init__(self) -> None:
         if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
@@ -43,6 +50,8 @@ class Protocol:
             raise FedleakError(f"reshuffle must be true or false, got {self.reshuffle!r}")
         if not isinstance(self.train_mode, bool):
             raise FedleakError(f"train_mode must be true or false, got {self.train_mode!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise FedleakError(f"unknown optimizer {self.optimizer!r}; allowed: {', '.join(OPTIMIZERS)}")
         object.__setattr__(self, "epochs", int(self.epochs))
         if self.batch_size is not None:
             object.__setattr__(self, "batch_size", int(self.batch_size))
@@ -64,7 +73,10 @@ class Protocol:
         return self.local_epochs() * self.batches_per_epoch(num_samples)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if out["optimizer"] == "sgd":  # the default stays out: saved updates and job hashes are unchanged
+            del out["optimizer"]
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "Protocol":

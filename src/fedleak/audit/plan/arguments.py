@@ -14,7 +14,7 @@ from .config import KNOBS, AuditConfig
 _KEYS = ("model", "weights", "model_seed", "data", "data_root", "samples", "clients", "algorithm", "epochs",
          "batch_size", "lr", "static_batches", "rounds", "sample_rate", "delta", "sweep", "bins", "iterations",
          "quick", "seed", "device", "seq_len", "lora", "lora_warmup", "text_field", "label_field", "tune",
-         "tune_clients", "dropout", "lora_dropout", "flowertune", "membership", "candidates")
+         "tune_clients", "dropout", "lora_dropout", "flowertune", "membership", "candidates", "optimizer")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--epochs", type=int, help="local epochs E (FedAvg; default 5)")
     g.add_argument("--batch-size", type=int, help="local batch size m (FedAvg; default 5)")
     g.add_argument("--lr", type=float, help="client learning rate η (default 0.004)")
+    g.add_argument("--optimizer", choices=["sgd", "adamw"],
+                   help="the clients' local optimizer: plain SGD (default) or AdamW (a fresh state each round, "
+                        "constant lr, Hugging Face Trainer defaults; FlowerTune's)")
     g.add_argument("--static-batches", action="store_true", default=None, help="no reshuffling between epochs")
     g.add_argument("--defense", action="append", metavar="SPEC",
                    help="repeatable: gaussian:σ, laplacian:b, pruning:p, dp-sgd:clip=C,noise=σ, secagg:K; update filters: "

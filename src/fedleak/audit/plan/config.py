@@ -170,6 +170,8 @@ class AuditConfig:
     flowertune: bool = False
     membership: Optional[int] = None  # None: unset (0 given explicitly turns the test off, even under --flowertune)
     candidates: Optional[str] = None
+    # the clients' local optimizer: Alg. 1's plain SGD (None), or AdamW as FlowerTune's Trainer (types/protocol.py)
+    optimizer: Optional[str] = None
     tune: int = 0
     tune_clients: int = 2
     extra: dict = field(default_factory=dict, repr=False)
@@ -249,6 +251,8 @@ class AuditConfig:
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("extra")
+        if out["optimizer"] is None:  # the default stays out: earlier audits' config hashes are unchanged
+            del out["optimizer"]
         out["defense"] = list(self.defense)
         out["attacks"] = list(self.attacks) if self.attacks else None
         sweep = Sweep.parse(self.sweep)
@@ -291,7 +295,8 @@ class AuditConfig:
             lr = at.get("lr", self.lr if self.lr is not None else lr)
             if isinstance(lr, bool) or not isinstance(lr, (int, float)):
                 raise FedleakError(f"lr must be a number, got {lr!r}")
-            protocol = Protocol(algorithm, _integer("epochs", epochs, 1), batch, float(lr), not self.static_batches)
+            protocol = Protocol(algorithm, _integer("epochs", epochs, 1), batch, float(lr), not self.static_batches,
+                                optimizer=self.optimizer or "sgd")
             scenarios.append(Scenario(algorithm, protocol, samples))
         if defense.kind == "dp-sgd":  # σ = 0 is clipping only: no guarantee to account (ε = ∞)
             if sample_rate is not None:

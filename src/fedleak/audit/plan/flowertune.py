@@ -10,10 +10,11 @@ test of candidate documents (:mod:`.membership`), DAGER as the honest attack (it
 exactness condition and by how much the step exceeds it) and no malicious server (the imprint
 needs the embedding table, which a LoRA update does not carry).
 
-Differences from FlowerTune, stated in the report: the local optimizer is the one client update's
-plain SGD at the round's lr (FlowerTune's Trainer uses AdamW; the pseudo-gradient direction of 10
-small steps is what the membership score reads); round 1's lr (5e-5) is used; ``--lora-warmup S``
-gives a later round (B ≠ 0).
+The local optimizer is FlowerTune's: the Trainer's AdamW (``adamw_torch``, weight decay 0), a fresh
+state each round (a new Trainer per round), the lr constant within the round
+(``lr_scheduler_type = "constant"``); ``--optimizer sgd`` gives Alg. 1's plain SGD instead (said in the
+report). Differences from FlowerTune, stated in the report: round 1's lr (5e-5; FlowerTune decays it by
+a cosine over the rounds to 1e-6); ``--lora-warmup S`` gives a later round (B ≠ 0).
 
 Scaling on CPU: the full client update is 10 steps of 16 × 512 tokens through the model (plus one
 gradient per candidate document at 512 tokens), on the order of a thousand CPU-seconds for SmolLM2
@@ -27,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 FULL = {"lora": 32, "lora_alpha": 64, "lora_dropout": 0.075, "lora_targets": "peft", "seq_len": 512,
-        "batch_size": 16, "local_steps": 10, "lr": 5e-5}
+        "batch_size": 16, "local_steps": 10, "lr": 5e-5, "optimizer": "adamw"}
 CPU_SEQ_LEN = 64
 #: tokens per gradient-accumulation slice (see :func:`micro_batch`)
 MICRO_TOKENS = 2048
@@ -56,6 +57,7 @@ def apply(cfg, device: str = "cpu"):
         "lora_dropout": cfg.lora_dropout if cfg.lora_dropout is not None else FULL["lora_dropout"],
         "membership": cfg.membership if cfg.membership is not None else DEFAULT_CANDIDATES,
         "attacks": cfg.attacks or ("dager",), "malicious": False,
+        "optimizer": cfg.optimizer or FULL["optimizer"],
     }
     out = replace(cfg, **changes)
     steps = -(-out.samples // out.batch_size) * out.epochs
@@ -69,8 +71,15 @@ def apply(cfg, device: str = "cpu"):
         "scaling": (f"scaled down on CPU: sequences of {CPU_SEQ_LEN} tokens instead of {FULL['seq_len']} "
                     f"({FULL['seq_len'] // CPU_SEQ_LEN}x fewer tokens per step; batch, steps, rank and dropout as "
                     f"FlowerTune); --seq-len {FULL['seq_len']} runs the full shape") if scaled else None,
-        "differences": "local optimizer: plain SGD at round 1's lr (FlowerTune: AdamW, lr 5e-5 → 1e-6 cosine over "
-                       "the rounds); round 1 (B = 0) unless --lora-warmup gives a later one",
+        "optimizer": (f"{out.optimizer}: " + ("AdamW as FlowerTune's Trainer (a fresh state each round, β (0.9, 0.999), "
+                                              "ε 1e-8, no weight decay), constant lr within the round"
+                                              if out.optimizer == "adamw" else "plain SGD (not FlowerTune's AdamW: "
+                                              "--optimizer sgd)")),
+        "attacks_chosen_by": "--attacks" if cfg.attacks else ("the FlowerTune preset, which runs DAGER and the "
+                                                              "membership test; add it with --attacks"),
+        "differences": "round 1's lr (5e-5; FlowerTune decays it to 1e-6 by a cosine over the rounds); round 1 (B = "
+                       "0) unless --lora-warmup gives a later one" + ("" if out.optimizer == "adamw" else
+                                                                     "; plain SGD instead of FlowerTune's AdamW"),
     }
     micro = micro_batch(out)
     if micro:
