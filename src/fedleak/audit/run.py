@@ -175,6 +175,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
 
     if is_text:
         model = model_for(plans[0])
+        text_membership.check_candidates(cfg, model, spec)  # --candidates against the model, before any attack
         if cfg.malicious:  # the imprint's placement (the token embedding) is checked before any attack runs
             text_steps.imprint_placement(model, spec)
     else:

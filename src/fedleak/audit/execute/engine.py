@@ -115,9 +115,11 @@ class Auditor:
     def judge(self, scores: dict, knowledge: Optional[dict] = None, required=(), optimization=()) -> dict:
         """The verdict and its evidence (:func:`~fedleak.audit.judge.verdict.judge_evidence`); text is judged by
         exact sequences."""
+        preset = self.config.extra.get("flowertune") or {}  # a preset that chose the attacks says so
         return judge_evidence(scores, knowledge=knowledge, base=judge_text(scores) if self.text else None,
                               required_exact=list(dict.fromkeys(required)),
-                              required_optimization=list(dict.fromkeys(optimization)))
+                              required_optimization=list(dict.fromkeys(optimization)),
+                              chosen_by=preset.get("attacks_chosen_by") or "--attacks")
 
     # -- targets -----------------------------------------------------------------------------
     def targets(self, plan: Plan, samples: int) -> list[list[ClientData]]:

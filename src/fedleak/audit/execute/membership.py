@@ -2,15 +2,21 @@
 
 Where exact recovery is impossible (more tokens in a step than the span limit, e.g. FlowerTune's
 16 × 512 tokens into rank-32 adapters), a server can still test documents it holds. The audit
-builds the candidates — M documents, half of them placed in the audited client's data, half not —
-runs the client's real update (:func:`fedleak.fl.client.client_update`, dropout on as configured),
-scores every candidate by its coefficient in the update fitted on all candidates' gradients
-(:mod:`fedleak.attacks.text.membership`) and reports the ROC curve, AUC and TPR at 1 % and 0.1 % FPR
-(:mod:`fedleak.metrics.membership`).
+builds the candidates — members placed in the audited client's data, non-members held back —
+runs the client's real update (:func:`fedleak.fl.client.client_update`, dropout and optimizer as
+configured), scores every candidate by two attacks that see only the update and the candidates —
+ProjRes (:mod:`fedleak.attacks.text.projres`: the projection residual of the candidate's hidden
+embeddings on the update's row subspaces) and the joint fit of the update on the candidates' gradients
+(:mod:`fedleak.attacks.text.membership`) — and reports for each the ROC curve, the AUC with DeLong's 95 %
+interval and TPR at 1 % and 0.1 % FPR (:mod:`fedleak.metrics.membership`). The headline is the stronger
+of the two by AUC (a choice among two made with the audit's labels, said in ``headline_statistic``).
 
-Candidates are the client's own sequences and sequences of other clients (the default), or the
-user's documents (``--candidates FILE``: one UTF-8 document per non-empty line; the first L tokens
-of each; a seeded half replaces the first sequences of the client's data). The split is seeded.
+Non-members come from the same distribution as the members (:data:`SPLIT`): sequences of the audited
+client's own file or shuffled pool of windows that no audited client trains on (a held-back split), never
+another file's topic. With ``--candidates FILE`` (one UTF-8 document per non-empty line; the first L
+tokens of each) a seeded half replaces the first sequences of the client's data, the rest are held back;
+a file with fewer documents than ``--membership`` asks, a document longer than the model's context, or the
+same document twice (it could be both a member and a non-member) is one line naming it.
 """
 
 from __future__ import annotations
@@ -24,31 +30,72 @@ from ...types import ClientData
 from ..plan.candidates import read_candidates
 from ..plan.default import DEFAULT_CANDIDATES
 
+SPLIT = ("held back from the audited client's own data source — its file, or the seeded shuffle of windows of the "
+         "same documents — and trained on by no audited client (same distribution as the members)")
+SPLIT_FILE = "the user's --candidates file, a seeded half placed in the client's data, the rest held back"
 
-def _file_sequences(docs: list[str], tokenizer, seq_len: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+
+def _context(model) -> Optional[int]:
+    base = getattr(model, "hf", None) or getattr(model, "base", None) or model
+    config = getattr(base, "config", None)
+    value = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def _file_sequences(docs: list[str], tokenizer, seq_len: int, pad: int,
+                    context: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
     from ...data import tokenizers as toks
 
-    rows, labels = [], []
-    for doc in docs:
+    rows, labels, seen = [], [], {}
+    for line, doc in enumerate(docs, 1):
         ids = toks.encode(tokenizer, doc)
         if not ids:
             continue
+        if context is not None and len(ids) > context:
+            raise FedleakError(f"--candidates: document {line} holds {len(ids)} tokens, longer than the model's "
+                               f"context of {context} tokens")
         labels.append(ids[seq_len] if len(ids) > seq_len else -100)
         ids = ids[:seq_len]
+        key = tuple(ids)
+        if key in seen:
+            raise FedleakError(f"--candidates: documents {seen[key]} and {line} are the same in their first {seq_len} "
+                               f"tokens; one could be a member and the other a non-member (remove one)")
+        seen[key] = line
         rows.append(ids + [pad] * (seq_len - len(ids)))
     if len(rows) < 2:
         raise FedleakError("--candidates: fewer than 2 documents hold any token")
     return torch.tensor(rows, dtype=torch.long), torch.tensor(labels, dtype=torch.long)
 
 
+def held_back(outside: Optional[ClientData], audited: list, need: int, seed: int) -> ClientData:
+    """``need`` sequences of ``outside`` (the audited client's data source) that no ``audited`` client trains on,
+    drawn with the seed; too few is one line."""
+    if outside is None:
+        raise FedleakError(f"the membership test needs {need} sequences held back from the audited client's data")
+    used = {tuple(r) for c in audited for r in c.inputs.long().tolist()}
+    free = [i for i, r in enumerate(outside.inputs.long().tolist()) if tuple(r) not in used]
+    if len(free) < need:
+        raise FedleakError(f"the membership test needs {need} sequences held back from the audited client's data "
+                           f"source; it holds {len(free)} that no audited client trains on (lower --membership, "
+                           f"shorten --seq-len or give more text)")
+    generator = torch.Generator().manual_seed(int(seed) + 37)
+    pick = torch.tensor(free)[torch.randperm(len(free), generator=generator)[:need]]
+    return ClientData(outside.inputs[pick], outside.labels[pick], "held-back")
+
+
 def build_candidates(client: ClientData, outside: Optional[ClientData], count: int, seed: int, *,
-                     docs: Optional[list] = None, tokenizer=None, seq_len: int = 0, pad: int = 0):
+                     docs: Optional[list] = None, tokenizer=None, seq_len: int = 0, pad: int = 0,
+                     audited: Optional[list] = None, context: Optional[int] = None):
     """``(client with the members in it, candidate ids (M, L), candidate labels, members (M,) bool)``."""
     generator = torch.Generator().manual_seed(int(seed) + 31)
     if docs is not None:
-        ids, labels = _file_sequences(docs, tokenizer, seq_len, pad)
+        if count and len(docs) < count:
+            raise FedleakError(f"--candidates: the file holds {len(docs)} documents, --membership asks for {count}")
+        ids, labels = _file_sequences(docs, tokenizer, seq_len, pad, context)
         order = torch.randperm(ids.shape[0], generator=generator)
         ids, labels = ids[order], labels[order]
+        if count:
+            ids, labels = ids[:count], labels[:count]
         k = min(ids.shape[0] // 2, len(client))
         inputs, targets = client.inputs.clone(), client.labels.clone()
         inputs[:k] = ids[:k].to(inputs.dtype)
@@ -57,70 +104,98 @@ def build_candidates(client: ClientData, outside: Optional[ClientData], count: i
         members[:k] = True
         return ClientData(inputs, targets, client.client_id), ids, labels, members
     k = min(count // 2, len(client))
-    if outside is None or len(outside) < count - k:
-        have = 0 if outside is None else len(outside)
-        raise FedleakError(f"the membership test needs {count - k} sequences outside the audited clients' data; the "
-                           f"text holds {have} more (lower --membership or give a larger --data-root)")
+    rest = held_back(outside, audited if audited is not None else [client], count - k, seed)
     pick = torch.randperm(len(client), generator=generator)[:k]
-    other = torch.randperm(len(outside), generator=generator)[:count - k]
-    ids = torch.cat([client.inputs[pick].long(), outside.inputs[other].long()])
-    labels = torch.cat([client.labels[pick], outside.labels[other]])
+    ids = torch.cat([client.inputs[pick].long(), rest.inputs.long()])
+    labels = torch.cat([client.labels[pick], rest.labels])
     members = torch.cat([torch.ones(k, dtype=torch.bool), torch.zeros(count - k, dtype=torch.bool)])
     return client, ids, labels, members
 
 
+def _scored(name: str, scores: list, members: list, seconds: float, statistic: str) -> dict:
+    from ...metrics.membership import membership_metrics
+
+    m = membership_metrics(scores, members)
+    return {"auc": m["auc"], "auc_ci95": m["auc_ci95"], "tpr_at_1pct_fpr": m["tpr_at_1pct_fpr"],
+            "tpr_at_0.1pct_fpr": m["tpr_at_0.1pct_fpr"], "seconds": seconds, "statistic": statistic,
+            "scores": [float(s) for s in scores], "roc": m["roc"], "name": name}
+
+
 def measure(model, client: ClientData, outside: Optional[ClientData], protocol, *, count: int, seed: int,
-            docs: Optional[list] = None, spec=None, progress=None) -> dict:
+            docs: Optional[list] = None, spec=None, progress=None, audited: Optional[list] = None,
+            statistics=("projres", "joint-fit")) -> dict:
     """The membership entry of metrics.json for one audited client under ``protocol``."""
+    import time
+
     from ...attacks.text.membership import membership_scores
+    from ...attacks.text.projres import projres_scores
     from ...fl.client import client_update
     from ...metrics.membership import membership_metrics
 
     tokenizer = getattr(model, "tokenizer", None)
     victim, ids, labels, members = build_candidates(
         client, outside, count, seed, docs=docs, tokenizer=tokenizer, seq_len=int(spec.seq_len) if spec else 0,
-        pad=int(spec.pad_id or 0) if spec else 0)
+        pad=int(spec.pad_id or 0) if spec else 0, audited=audited, context=_context(model))
     if progress is not None:
         progress(f"membership: the client's update ({len(victim)} sequences, {protocol.num_steps(len(victim))} "
-                 f"local steps)")
-    import time
-
+                 f"local steps, {protocol.optimizer})")
     start = time.perf_counter()
     update = client_update(model, victim, protocol, seed=seed)
     client_seconds = time.perf_counter() - start
     step = max(1, ids.shape[0] // 8)
+    truth = members.tolist()
 
-    def tick(done, total):
-        if progress is not None and (done % step == 0 or done == total):
-            progress(f"membership: scored {done}/{total} candidate documents")
+    def tick(what):
+        def report(done, total):
+            if progress is not None and (done % step == 0 or done == total):
+                progress(f"membership ({what}): scored {done}/{total} candidate documents")
+        return report
 
-    # the server does not know which candidate labels (next tokens) the client saw: none is used
-    scored = membership_scores(model, update, ids, None, seed=seed, progress=tick)
-    out = membership_metrics(scored["scores"], members.tolist())
-    raw = membership_metrics(scored["raw"], members.tolist())
-    cosine = membership_metrics(scored["cosine"], members.tolist())
-    out.update({"statistic": scored["statistic"], "candidates": int(ids.shape[0]),
-                "source": "file" if docs is not None else "the client's sequences and other clients'",
-                "cosine": {"auc": cosine["auc"], "tpr_at_1pct_fpr": cosine["tpr_at_1pct_fpr"],
-                           "tpr_at_0.1pct_fpr": cosine["tpr_at_0.1pct_fpr"]},
-                "raw_cosine": {"auc": raw["auc"], "tpr_at_1pct_fpr": raw["tpr_at_1pct_fpr"]},
-                "scores": [float(s) for s in scored["scores"]], "is_member": members.tolist(),
-                "client_seconds": client_seconds, "scoring_seconds": scored["seconds"],
-                "trainable_parameters": scored["parameters"], "sketched": scored["sketched"],
-                "local_steps": protocol.num_steps(len(victim)), "sequences": len(victim)})
+    results, extra = {}, {}
+    if "projres" in statistics:
+        got = projres_scores(model, update, ids, progress=tick("ProjRes"))
+        results["projres"] = _scored("ProjRes", got["scores"], truth, got["seconds"], got["statistic"])
+        results["projres"]["subspace"] = got["subspace"]
+    if "joint-fit" in statistics:
+        # the server does not know which candidate labels (next tokens) the client saw: none is used
+        got = membership_scores(model, update, ids, None, seed=seed, progress=tick("joint fit"))
+        results["joint-fit"] = _scored("joint fit", got["scores"], truth, got["seconds"], got["statistic"])
+        raw = membership_metrics(got["raw"], truth)
+        cosine = membership_metrics(got["cosine"], truth)
+        extra = {"cosine": {"auc": cosine["auc"], "tpr_at_1pct_fpr": cosine["tpr_at_1pct_fpr"],
+                            "tpr_at_0.1pct_fpr": cosine["tpr_at_0.1pct_fpr"]},
+                 "raw_cosine": {"auc": raw["auc"], "tpr_at_1pct_fpr": raw["tpr_at_1pct_fpr"]},
+                 "trainable_parameters": got["parameters"], "sketched": got["sketched"]}
+    best = max(results, key=lambda k: (results[k]["auc"], results[k]["tpr_at_1pct_fpr"]))
+    head = results[best]
+    out = membership_metrics(head["scores"], truth)
+    out.update({"statistic": head["statistic"], "headline_statistic": head["name"],
+                "headline_rule": "the stronger statistic by AUC (then TPR at 1% FPR) of those run; each is listed in "
+                                 "'attacks'", "candidates": int(ids.shape[0]),
+                "split": SPLIT_FILE if docs is not None else SPLIT,
+                "source": "file" if docs is not None else "held back from the client's data source",
+                "attacks": {k: {kk: vv for kk, vv in v.items() if kk not in ("scores", "roc")}
+                            for k, v in results.items()},
+                "scores": head["scores"], "is_member": truth, "client_seconds": client_seconds,
+                "scoring_seconds": head["seconds"], "optimizer": protocol.optimizer,
+                "local_steps": protocol.num_steps(len(victim)), "sequences": len(victim), **extra})
     return out
 
 
 def sentence(entry: dict) -> str:
     """One paragraph for the report and the printed summary."""
+    ci = entry.get("auc_ci95") or [None, None]
+    interval = f", 95% CI {ci[0]:.2f}–{ci[1]:.2f} (DeLong)" if ci[0] is not None else ""
+    others = "; ".join(f"{v['name']}: AUC {v['auc']:.3f}, {v['tpr_at_1pct_fpr']:.0%} at 1% FPR, {v['seconds']:.0f} s"
+                       for v in (entry.get("attacks") or {}).values())
     return (f"Membership of candidate documents: of {entry['candidates']} documents the server holds "
-            f"({entry['members']} in the client's data, {entry['non_members']} not), fitting the update on their "
-            f"gradients jointly finds "
+            f"({entry['members']} in the client's data, {entry['non_members']} not; non-members "
+            f"{entry.get('split', 'from other clients')}), {entry.get('headline_statistic', 'the test')} finds "
             f"{entry['tpr_at_1pct_fpr']:.0%} of the members at 1% false positives and {entry['tpr_at_0.1pct_fpr']:.0%} "
-            f"at 0.1% (AUC {entry['auc']:.3f}; with {entry['non_members']} non-members the smallest resolvable FPR "
-            f"is {entry['fpr_resolution']:.2%}, so a rate at a lower FPR is the rate with no false positive). "
-            f"Scoring took {entry['scoring_seconds']:.0f} s after the client's {entry['local_steps']}-step update "
-            f"({entry['client_seconds']:.0f} s).")
+            f"at 0.1% (AUC {entry['auc']:.3f}{interval}; with {entry['non_members']} non-members the smallest "
+            f"resolvable FPR is {entry['fpr_resolution']:.2%}, so a rate at a lower FPR is the rate with no false "
+            f"positive). Each attack: {others}. Scoring took {entry['scoring_seconds']:.0f} s after the client's "
+            f"{entry['local_steps']}-step {entry.get('optimizer', 'sgd')} update ({entry['client_seconds']:.0f} s).")
 
 
 # -- the audit's use (audit/run.py) ------------------------------------------------------------
@@ -129,26 +204,39 @@ def wanted(cfg) -> bool:
 
 
 def outside_pool(cfg, model_name: str, needed: int, samples: int) -> Optional[ClientData]:
-    """Sequences outside the audited clients' data (the non-member candidates), checked before any attack
-    runs; with ``--candidates`` the file is read (and checked) instead."""
+    """The audited client's whole data source (its file, or the seeded shuffle of all windows), from which the
+    non-member candidates are held back (:func:`held_back`: the sequences no audited client trains on); checked
+    before any attack runs. With ``--candidates`` the file is read (and checked) instead."""
     if not wanted(cfg):
         return None
     if cfg.candidates:
-        cfg.extra["candidate_docs"] = read_candidates(cfg.candidates)
+        docs = read_candidates(cfg.candidates)
+        if cfg.membership and len(docs) < cfg.membership:
+            raise FedleakError(f"--candidates {cfg.candidates}: the file holds {len(docs)} documents, --membership "
+                               f"asks for {cfg.membership}")
+        cfg.extra["candidate_docs"] = docs
         return None
     from ..plan import text as text_audit
 
     count = cfg.membership
-    members = min(count // 2, samples)
-    extra = -(-(count - members) // samples)
-    _, pool, _, _ = text_audit.prepare(cfg, model_name, needed + extra, samples)
-    rest = pool[needed:needed + extra]
-    have = sum(len(c) for c in rest)
-    if have < count - members:
-        raise FedleakError(f"--membership {count}: the text holds {have} sequences outside the {needed} audited "
-                           f"client(s), {count - members} are needed as non-members (lower --membership, shorten "
-                           f"--seq-len or give a larger --data-root)")
-    return ClientData(torch.cat([c.inputs for c in rest]), torch.cat([c.labels for c in rest]), "outside")
+    need = count - min(count // 2, samples)
+    # the same seed and cut as the audit's pool: client 0's file (or the whole shuffle, one client) in full
+    _, whole, _, _ = text_audit.prepare(cfg, model_name, 1, None)
+    source = whole[0]
+    free = len(source) - (samples * needed if len(source) >= samples * needed else samples)
+    if free < need:
+        raise FedleakError(f"--membership {count}: the audited client's data source holds about {max(0, free)} "
+                           f"sequences beyond what the {needed} audited client(s) train on; {need} are needed as "
+                           f"held-back non-members (lower --membership, shorten --seq-len or give more text)")
+    return source
+
+
+def check_candidates(cfg, model, spec) -> None:
+    """The ``--candidates`` documents cut for ``model`` (context, duplicates), before any attack runs."""
+    docs = cfg.extra.get("candidate_docs")
+    if docs:
+        _file_sequences(docs, getattr(model, "tokenizer", None), int(spec.seq_len), int(spec.pad_id or 0),
+                        _context(model))
 
 
 def training(model, cfg) -> dict:
@@ -175,7 +263,8 @@ def measure_point(cfg, model, spec, pool: list, outside: Optional[ClientData], p
             show({"stage": text})
 
     entry = measure(model, client, outside, scenario.protocol, count=cfg.membership or DEFAULT_CANDIDATES,
-                    seed=cfg.seed, docs=cfg.extra.get("candidate_docs"), spec=spec, progress=progress)
+                    seed=cfg.seed, docs=cfg.extra.get("candidate_docs"), spec=spec, progress=progress,
+                    audited=pool)
     entry["scenario"] = scenario.key
     entry["sentence"] = sentence(entry)
     return entry

@@ -176,7 +176,7 @@ def searched(budget: dict) -> bool:
 
 
 def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, base: Optional[dict] = None,
-                   required_exact=(), required_optimization=()) -> dict:
+                   required_exact=(), required_optimization=(), chosen_by: str = "--attacks") -> dict:
     """The verdict and the evidence behind it, from ``{display name: summary}`` of the attacks that ran.
 
     Each summary carries ``attack`` (registry name), ``kind`` (:data:`KINDS`), and per kind: exact —
@@ -188,6 +188,7 @@ def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, bas
     model and protocol (:func:`fedleak.audit.plan.threats.required_exact`); ``required_optimization``: the threat
     model's default optimization attacks (:func:`fedleak.audit.plan.threats.required_optimization`); one of either
     that did not run makes ``low`` impossible. ``knowledge`` is copied into ``assumptions``; ``base``: the modality's :func:`judge` result.
+    ``chosen_by``: who chose the attacks that ran (``--attacks``, or a preset that did), named where one is missing.
     """
     base = base if base is not None else judge(attack_scores)
     exact = {n: s for n, s in attack_scores.items() if kind_of(s) == "exact"}
@@ -232,7 +233,7 @@ def judge_evidence(attack_scores: dict, *, knowledge: Optional[dict] = None, bas
     for name in required_optimization:
         if name not in ran_optim:
             out["not_tried"].append(f"{name}: the threat model's optimization attack did not run (left out by "
-                                    f"--attacks)")
+                                    f"{chosen_by})")
     for n, s in exact.items():
         if int(s.get("precondition_held_targets") or 0) > 0:
             out["not_tried"].append(f"{n}: its precondition held on {s['precondition_held_targets']} target(s) but "

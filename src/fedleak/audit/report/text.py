@@ -40,6 +40,10 @@ def verdict_sentence(title: str, tm: dict, prefix: bool = True) -> str:
     if tm.get("condition_failed") and tm["verdict"] != "high":
         sentence += (f" The exact attacks' condition did not hold ({tm['condition_failed']}): they could not decide, "
                      f"which is no evidence that the text is protected.")
+    member = tm.get("membership")
+    if isinstance(member, dict) and member.get("evidence"):  # audit/judge/membership.py
+        decided = " — it decides the verdict" if tm.get("verdict_by") == "membership" else ""
+        sentence += f" Membership of candidate documents: {member['evidence']}{decided}."
     return sentence
 
 
