@@ -10,7 +10,7 @@ from PIL import Image, ImageDraw, ImageFont
 from fedleak.audit.report import figures
 from fedleak.audit.report import page as report
 from fedleak.audit.plan.threats import HONEST
-from fedleak.runs.job_files import REQUIRED_FIELDS
+from fedleak.runs.job_files import REQUIRED_FIELDS, sealed
 from fedleak.runs.run_report import comparison_rows, comparison_table, report_run
 
 
@@ -89,7 +89,7 @@ def test_report_of_own_run_titles_results_and_notes_hidden_grids(tmp_path):
         record = {k: 0 for k in REQUIRED_FIELDS} | {"setting": "default", "variant": "ig", "client": f"c{i}",
                                                      "attack": "inverting-gradients", "job_hash": "h",
                                                      "psnr": 20.0 + i, "rec_percent": 50.0}
-        (folder / f"c{i}.json").write_text(json.dumps(record))
+        (folder / f"c{i}.json").write_text(json.dumps(sealed(record)))  # as fedleak writes it
         Image.new("RGB", (8, 8)).save(folder / f"c{i}.png")
     (tmp_path / "config.json").write_text(json.dumps({"name": "mine", "planned_jobs": 4, "paper": {}}))
     page = report_run(tmp_path).read_text()
