@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 import numpy as np
 import pytest
 import torch
@@ -161,3 +164,53 @@ def test_canary_audit_arguments(argument, value, needle, tmp_path):
 
     kwargs = {"canaries": 4, "clip": 1.0, argument: value}
     assert check_api(lambda: CanaryAudit(FedAvg(), **kwargs), needle) == ""
+
+
+# -- fuzzed: whatever metric records Sybil replies carry, no honest reply is quarantined ----------------------------
+@pytest.fixture()
+def identity():
+    """The task identity Flower's runtime gives a ServerApp (messages take their ids from it), as run_inline sets."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+
+
+METRIC_VALUES = st.one_of(st.integers(-3, 10 ** 12), st.floats(allow_nan=True, allow_infinity=True),
+                          st.lists(st.floats(-1e3, 1e3), max_size=3))  # MetricRecord itself refuses bools
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(honest=st.integers(1, 3),
+       hostile=st.lists(st.dictionaries(st.sampled_from(["num-examples", "train-loss", "acc", "x", "y"]),
+                                        METRIC_VALUES, max_size=5), min_size=1, max_size=4),
+       name=st.sampled_from(["metrics", "m2"]))
+def test_fuzzed_sybil_metric_records_never_evict_an_honest_reply(identity, honest, hostile, name):
+    from uuid import uuid4
+
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.serverapp.strategy import FedAvg
+
+    from fedleak.integrations.flower.guard import ReplyGuard
+
+    state = {"w": torch.zeros(2, 3), "b": torch.zeros(3)}
+    guard, sent = ReplyGuard(), []
+    for node in range(1, honest + len(hostile) + 1):
+        message = Message(RecordDict({"arrays": ArrayRecord(state)}), dst_node_id=node, message_type="train")
+        message.metadata.__dict__["_message_id"] = str(uuid4())
+        sent.append(message)
+    guard.sent(1, sent)
+
+    def reply(to, metrics, key="metrics"):
+        arrays = ArrayRecord({k: v + to.metadata.dst_node_id for k, v in state.items()})
+        return Message(RecordDict({"arrays": arrays, key: MetricRecord(metrics)}), reply_to=to)
+
+    honest_replies = [reply(m, {"num-examples": 2, "train-loss": 0.5}) for m in sent[:honest]]
+    replies = honest_replies + [reply(m, metrics, name) for m, metrics in zip(sent[honest:], hostile)]
+    screened = guard.screen(1, replies)
+    passed = {id(m) for m in screened.passed}
+    assert all(id(m) in passed for m in honest_replies), screened.quarantined
+    FedAvg().aggregate_train(1, screened.passed)  # what passed, FedAvg aggregates without raising
