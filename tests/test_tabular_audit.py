@@ -25,7 +25,10 @@ def test_audit_adult_is_proved_with_a_record_table(tmp_path):
     page = (out / "report.html").read_text()
     assert page.count("<td class=ok>") >= 4 * 14 and "original" in page and "Verdict rule" in page
     stored = json.loads((out / "metrics.json").read_text())
-    assert stored["modality"] == "tabular" and stored["verdicts"] == {"fedsgd": "high"}
+    assert stored["modality"] == "tabular" and stored["verdicts"]["fedsgd"] == "high"
+    # the malicious server's imprint (64 bins) on the same 4 records: read out of its bins, not proved
+    malicious = result["points"][0]["scenarios"]["malicious-fedsgd"]
+    assert malicious["verdict"]["evidence"] == "estimated" and "imprint" in malicious["sentence"]
     assert stored["environment"]["threads"] == 1 and len(stored["environment"]["load_average"]) == 3
 
 
@@ -41,7 +44,7 @@ def _table(tmp_path):
 def test_audit_a_csv_with_label_and_batch_sweep(tmp_path, capsys):
     path = _table(tmp_path)
     out = tmp_path / "out"
-    code = main(["audit", "--data", str(path), "--label", "income", "--quick", "--algorithm", "fedsgd",
+    code = main(["audit", "--data", str(path), "--label", "income", "--quick", "--algorithm", "fedsgd", "--no-malicious",
                  "--sweep", "batch_size=2,4", "--attacks", "analytic-fc", "--out", str(out)])
     assert code == 0
     stored = json.loads((out / "metrics.json").read_text())

@@ -15,7 +15,7 @@ from .schema import TabularSchema
 
 def mixed(schema: TabularSchema, encoded: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Standardized records (N, width) → (category indices (N, #categorical), raw continuous values (N, #continuous))."""
-    raw = schema.destandardize(encoded.detach().to(torch.float64).reshape(encoded.shape[0], -1))
+    raw = schema.destandardize(encoded.detach().to(torch.float64).reshape(encoded.shape[0], schema.width))
     cats, conts = [], []
     for column, where in schema.blocks():
         if column.kind == "categorical":

@@ -57,7 +57,7 @@ def run_attack(name: str, cfg, update, model, spec, truth: torch.Tensor) -> tupl
     rec = attack.reconstruct(update, model, spec)
     seconds = time.process_time() - started
     n = rec.inputs.shape[0]
-    guess = rec.inputs.reshape(n, -1)
+    guess = rec.inputs.reshape(n, spec.schema.width)
     entropy = torch.tensor(rec.extras["entropy"]) if "entropy" in rec.extras else None
     scores = evaluate(spec.schema, guess, truth, entropy=entropy, seed=cfg.seed)
     if name in EXACT:
@@ -95,3 +95,34 @@ def run_client(cfg, plan, scenario, model, spec, data, seed: int, show: Optional
     guess, entropy = guesses[strongest]
     return {"client": data.client_id, "records": len(data), "attacks": results, "strongest": strongest,
             "guess": guess, "entropy": entropy, "truth": data.inputs}
+
+
+def surrogate_stats(records: torch.Tensor) -> dict:
+    """loc/scale of the imprint block's measurement (the mean of a standardized record) on the server's own
+    records (Fowl et al. fit its distribution on public data; here: records no audited client holds)."""
+    h = records.reshape(records.shape[0], -1).mean(dim=1)
+    return {"loc": float(h.mean()), "scale": float(h.std().clamp_min(1e-6))}
+
+
+def run_malicious(cfg, scenario, model_name: str, spec, data, stats: dict, seed: int) -> dict:
+    """The malicious server: Robbing the Fed's imprint block (``cfg.bins`` bins) in front of the model, its
+    single-record bins read out verbatim (:mod:`fedleak.attacks.imprint`); FedSGD."""
+    from ...models import build as build_model
+    from ...types import ClientData
+
+    if ":" in model_name:
+        raise FedleakError("the malicious threat model on tables needs a zoo model to imprint (--model tabular-mlp "
+                           "or ft-transformer); add --no-malicious for your own module")
+    malicious = build_model("imprint", spec, seed=cfg.model_seed, base=model_name, bins=cfg.bins, **stats)
+    records = ClientData(data.inputs.reshape(len(data), *spec.shape), data.labels, data.client_id)
+    update = client_update(malicious, records, scenario.protocol, seed=seed)
+    started = time.process_time()
+    rec = build_attack("imprint", seed=cfg.seed).reconstruct(update, malicious, spec)
+    seconds = time.process_time() - started
+    guess = rec.inputs.reshape(rec.inputs.shape[0], spec.schema.width)
+    scores = evaluate(spec.schema, guess, data.inputs, seed=cfg.seed)
+    scores.update({"evidence": "estimated", "kind": "analytic", "cpu_seconds": round(seconds, 2),
+                   "evidence_text": f"read verbatim out of the imprint's bins ({cfg.bins} bins, fitted on records no "
+                                    f"audited client holds); measured against the true records, not recomputed"})
+    return {"client": data.client_id, "records": len(data), "attacks": {"imprint": scores}, "strongest": "imprint",
+            "guess": guess, "entropy": None, "truth": data.inputs}
