@@ -115,18 +115,20 @@ def wrapped_start(watch: Watch):
 
 @contextmanager
 def environment(share_truth: bool):
-    """The simulation's environment: runtime installs and Flower's telemetry off (no network at run time), the
-    node settings of a sharing simulation."""
+    """The simulation's environment: runtime installs, Flower's telemetry and Ray's usage stats off (no network at
+    run time), the node settings of a sharing simulation."""
     import flwr.supercore.telemetry as telemetry
 
     from .client import NODE_CONFIG_ENV
 
     saved = {k: os.environ.get(k) for k in ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", NODE_CONFIG_ENV,
-                                            "RAY_DEDUP_LOGS", "FLWR_TELEMETRY_ENABLED", "PYTHONPATH")}
+                                            "RAY_DEDUP_LOGS", "FLWR_TELEMETRY_ENABLED", "PYTHONPATH",
+                                            "RAY_USAGE_STATS_ENABLED")}
     saved_telemetry = telemetry.FLWR_TELEMETRY_ENABLED
     telemetry.FLWR_TELEMETRY_ENABLED = os.environ["FLWR_TELEMETRY_ENABLED"] = "0"  # read per event; Ray actors too
     os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     os.environ["RAY_DEDUP_LOGS"] = "0"
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray's usage report: no network at run time
     if share_truth:
         current = os.environ.get(NODE_CONFIG_ENV, "")
         if "share-truth" not in current:
