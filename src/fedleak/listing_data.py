@@ -92,3 +92,8 @@ DATASETS = {
     'imagefolder': 'root/<class_name>/*.png|jpg|jpeg|bmp, resized to image_size',
     'text': 'token sequences for language models: root = a .txt/.jsonl file or a folder of them (default: an embedded corpus of English prose); options tokenizer, seq_len, task, text_field, label_field',
 }
+
+MEMBERSHIP = {
+    'projres': "ProjRes (Deng et al., S&P 2026): projection residual of a candidate's hidden embeddings on each layer's update row subspace (LoRA A or linear weights); one forward pass per candidate",
+    'joint-fit': "the update fitted on all candidates' gradients jointly (least squares; the coefficient is the score, Nasr et al. S&P 2019's alignment scored together); one gradient per candidate",
+}

@@ -18,12 +18,13 @@ FILE = Path(__file__).with_name("listing_data.py")
 def registries() -> dict[str, dict[str, str]]:
     """Every listing as the registries give it (imports torch and every attack module)."""
     from .attacks import available
+    from .attacks.text.membership import MEMBERSHIP_ATTACKS
     from .config import presets
     from .data import DATASETS
     from .models import MODELS
 
     return {"PRESETS": dict(presets()), "ATTACKS": dict(available()), "MODELS": dict(MODELS),
-            "DATASETS": dict(DATASETS)}
+            "DATASETS": dict(DATASETS), "MEMBERSHIP": dict(MEMBERSHIP_ATTACKS)}
 
 
 def source(listings: dict[str, dict[str, str]]) -> str:

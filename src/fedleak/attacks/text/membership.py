@@ -40,6 +40,14 @@ from ...types import Update
 EXACT_LIMIT = 250_000_000
 SKETCH_DIM = 1 << 16
 
+#: the membership attacks of the text audit (``fedleak attacks`` lists them; each scores candidate documents)
+MEMBERSHIP_ATTACKS = {
+    "projres": "ProjRes (Deng et al., S&P 2026): projection residual of a candidate's hidden embeddings on each "
+               "layer's update row subspace (LoRA A or linear weights); one forward pass per candidate",
+    "joint-fit": "the update fitted on all candidates' gradients jointly (least squares; the coefficient is the score, "
+                 "Nasr et al. S&P 2019's alignment scored together); one gradient per candidate",
+}
+
 
 class _Sketch:
     """x ↦ Σ over chunks of (signs ⊙ x) reshaped to (·, D): a random-sign count sketch with a fixed seed."""
