@@ -173,7 +173,7 @@ def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = 
                 raise FedleakError(f"--malicious-run-config {malicious_run_config!r}: the app's ServerApp shipped no "
                                    "malicious model under it (its LeakageAudit has no ship=)")
         if honest["shipped"]:  # the app ships a malicious model by default: its run is the malicious one
-            malicious, honest = honest, {**honest, "records": [], "outs": [], "canary": None}
+            malicious, honest = honest, {**honest, "records": [], "outs": []}  # DP canaries stay: DP is not a threat
             reason = "the app's ServerApp ships a malicious model under this run config"
         result = app_report.build(path, honest, malicious, time.monotonic() - start, reason)
         spec = honest["spec"]
