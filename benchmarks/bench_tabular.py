@@ -7,7 +7,9 @@ split, seed ``--seed``), known labels, FedSGD at B = 8, 32, 128; FedAvg with 32 
 15 FedAvg, 1500 iterations: the reference's budget, restarts batched into one tensor), ``tableak-no-pooling``
 (one restart) and ``inverting-gradients-tabular`` (one restart, no prior) at B = 32; every row has the random
 and prior (marginal) baselines beside it (:mod:`fedleak.metrics.tabular`), the whole-record exact-match rate,
-and the entropy-selected quartiles. ``spear`` and ``analytic-fc`` on a FedSGD batch of 4 and 8: proved or not.
+and the entropy-selected quartiles. ``spear`` and ``analytic-fc`` on a FedSGD batch of 4 and 8: proved or not. The
+malicious server's ``imprint`` (128 bins, distribution fitted on 256 records of the test split) at
+B = 32.
 
 Every job is one line of ``benchmarks/results/tabular.json`` (rewritten after each job; jobs already there are
 skipped, so a stopped run resumes), with CPU seconds, wall seconds, threads, load average and device.
@@ -50,6 +52,7 @@ JOBS = {
     "tableak-adult-b128": ("adult", "fedsgd", 128, "tableak", {}),
     "tableak-german-b128": ("german", "fedsgd", 128, "tableak", {}),
     "tableak-fedavg-adult-b32": ("adult", "fedavg", 32, "tableak", {}),
+    "imprint-adult-b32": ("adult", "fedsgd", 32, "imprint", {}),
 }
 
 
@@ -58,6 +61,14 @@ def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
     spec, clients = load(dataset, num_clients=batch + 1, samples_per_client=records, seed=seed)
     data = clients[batch]
     model = build("tabular-mlp", spec, seed=model_seed)
+    if attack_name == "imprint":  # the malicious server: 128 bins fitted on 256 records of the test split
+        from fedleak.modality.tabular.execute import surrogate_stats
+        from fedleak.types import ClientData
+
+        _, extra = load(dataset, num_clients=1, samples_per_client=256, seed=seed, split="test")
+        model = build("imprint", spec, seed=model_seed, base="tabular-mlp", bins=128,
+                      **surrogate_stats(extra[-1].inputs))
+        data = ClientData(data.inputs.reshape(records, *spec.shape), data.labels, data.client_id)
     protocol = Protocol("fedsgd", 1, records, 0.01) if algorithm == "fedsgd" else \
         Protocol("fedavg", 1, 32, 0.01, reshuffle=False)
     update = client_update(model, data, protocol, seed=seed, metadata={"labels": data.labels.tolist()})
@@ -67,7 +78,8 @@ def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
     rec = attack.reconstruct(update, model, spec)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     entropy = torch.tensor(rec.extras["entropy"]) if "entropy" in rec.extras else None
-    scores = evaluate(spec.schema, rec.inputs.reshape(rec.inputs.shape[0], -1), data.inputs, entropy=entropy,
+    scores = evaluate(spec.schema, rec.inputs.reshape(rec.inputs.shape[0], -1), data.inputs.reshape(records, -1),
+                      entropy=entropy,
                       seed=seed)
     for key in ("cells", "matched"):
         scores.pop(key)
