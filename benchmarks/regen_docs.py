@@ -261,24 +261,50 @@ def llm_boundary() -> str:
 
 def llm_flowertune() -> str:
     """The FlowerTune preset's membership (``bench_llm.py flowertune``): one row per results file."""
-    rows = ["| shape | seed | client's sequences | candidates (members / non-members) | joint fit: AUC | TPR at 1 % FPR | "
-            "TPR at 0.1 % FPR | centred cosine: AUC | raw cosine: AUC | audit CPU s | load average | file |",
-            "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    rows = ["| shape | optimizer | seed | client's sequences | candidates (members / non-members) | non-members from | "
+            "joint fit: AUC | TPR at 1 % FPR | TPR at 0.1 % FPR | centred cosine: AUC | raw cosine: AUC | audit CPU s | "
+            "load average | file |",
+            "|---|---|--:|--:|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
     for name in ("llm_flowertune.json", "llm_flowertune_seed1.json", "llm_flowertune_512.json"):
         if not (RESULTS / name).is_file():
             continue
         d = _load(name)
         m = d["membership"]
         cos = m.get("cosine", {}).get("auc")
+        optimizer = m.get("optimizer", "sgd (plain SGD, not FlowerTune's AdamW)")
+        split = m.get("split") or "other clients' windows of the same shuffled corpus"
         rows.append(f"| {d['preset']['shape']}, LoRA r {d['training']['lora']['rank']}, dropout "
-                    f"{d['training']['lora']['dropout']:g} | {d.get('seed', 0)} | {m['sequences']} | "
-                    f"{m['members']} / {m['non_members']} | "
+                    f"{d['training']['lora']['dropout']:g} | {optimizer} | {d.get('seed', 0)} | {m['sequences']} | "
+                    f"{m['members']} / {m['non_members']} | {split} | "
                     f"{m['auc']:.3f} | {m['tpr_at_1pct_fpr']:.3f} | {m['tpr_at_0.1pct_fpr']:.3f} | "
                     + (f"{cos:.3f}" if cos is not None else "not recorded") + f" | {m['raw_cosine']['auc']:.3f} | "
                     f"{d['audit_cpu_seconds']:.0f} | {d['environment']['load_average'][0]:.1f} | "
                     f"`benchmarks/results/{name}` |")
     return "\n".join(rows) + ("\n\nWith 32 non-members the smallest resolvable FPR is 1/32: a TPR \"at 1 %\" or "
                               "\"at 0.1 %\" is the TPR with no false positive.\n")
+
+
+def llm_membership() -> str:
+    """ProjRes beside the joint fit at FlowerTune's client with AdamW (``bench_membership.py``): one row per results
+    file ``membership_seed*.json`` / ``membership_heldout*.json``, every statistic pooled over the file's clients."""
+    rows = ["| shape | optimizer | corpus | seed | members / non-members | statistic | AUC (95 % CI, DeLong) | "
+            "TPR at 1 % FPR | TPR at 0.1 % FPR | scoring CPU s | client's update CPU s | load average | file |",
+            "|---|---|---|--:|---|---|---|--:|--:|--:|--:|--:|---|"]
+    files = sorted(RESULTS.glob("membership_seed*.json")) + sorted(RESULTS.glob("membership_heldout*.json"))
+    for path in files:
+        d = json.loads(path.read_text())
+        client_s = sum(c["client_update_seconds"] for c in d["clients"])
+        for name, s in d.get("pooled", {}).items():
+            ci = s.get("auc_ci95") or [float("nan")] * 2
+            rows.append(f"| {d['shape']}, LoRA r {d['client']['lora']['rank']}, dropout {d['client']['lora']['dropout']:g} "
+                        f"| {d['client']['optimizer']}, lr {d['client']['lr']:g} | {d['corpus'].split(' (')[0]} | "
+                        f"{d['seed']} | {s['members']} / {s['non_members']} | {name} | {s['auc']:.3f} ({ci[0]:.3f}–"
+                        f"{ci[1]:.3f}) | {s['tpr_at_1pct_fpr']:.3f} | {s['tpr_at_0.1pct_fpr']:.3f} | {s['seconds']:.0f} | "
+                        f"{client_s:.0f} | {d['environment']['load_average'][0]:.1f} | `benchmarks/results/{path.name}` |")
+    if not files:
+        return "No `bench_membership.py` results file yet: nothing measured at this shape with AdamW.\n"
+    split = json.loads(files[0].read_text())["split"]
+    return "\n".join(rows) + f"\n\nNon-members: {split}.\n"
 
 
 def readme_audit() -> str:
@@ -354,7 +380,8 @@ def readme_table1() -> str:
 TABLES = {"readme-audit": readme_audit, "audit-spread": audit_spread, "readme-table1": readme_table1,
           "verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
           "gpu-speed": gpu_speed, "text-cases": text_cases, "text-heldout": text_heldout,
-          "llm-dager": llm_dager, "llm-boundary": llm_boundary, "llm-flowertune": llm_flowertune}
+          "llm-dager": llm_dager, "llm-boundary": llm_boundary, "llm-flowertune": llm_flowertune,
+          "llm-membership": llm_membership}
 
 
 def _unbacked_claims(path: Path, text: str) -> list[str]:

