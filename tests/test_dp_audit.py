@@ -89,7 +89,10 @@ def test_api_writes_the_report(tmp_path):
     assert 0 < saved["epsilon_lower"] < acc["gdp_exact"]  # what seed 0 proves with 200 canaries
     assert saved["lower_bounds"]["all-iterates"]["epsilon_approx_dp"] < acc["gdp_exact"]
     assert saved["threat"] == "all-iterates" and saved["canaries"] == M and saved["rounds"] == ROUNDS
-    assert saved["summary"][0].startswith("Proved") and saved["summary"][1].startswith("Estimated")
+    assert saved["summary"][0].startswith("DP verdict: consistent at this budget (200 canary clients")
+    assert "would have been found at p < 0.01" in saved["summary"][0] and not saved["exceeds_claim"]
+    assert saved["summary"][1].startswith("Proved") and "Gaussian f-DP" in saved["summary"][1]
+    assert saved["summary"][2].startswith("Estimated")
     assert not any("safe" in line.lower() for line in saved["summary"])
     assert r["epsilon_lower"] == saved["epsilon_lower"]
 

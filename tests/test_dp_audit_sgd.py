@@ -121,7 +121,7 @@ def test_api_and_cli_write_the_report(tmp_path, capsys):
     assert saved["level"] == "example" and saved["steps"] == STEPS and saved["sample_rate"] == 1.0
     assert set(saved["epsilon_accountant"]) >= {"opacus_rdp", "opacus_prv", "gdp_exact"}
     assert 0 < saved["epsilon_lower"] < saved["epsilon_accountant"]["gdp_exact"] and not saved["exceeds_claim"]
-    assert capsys.readouterr().out.startswith("Proved")
+    assert capsys.readouterr().out.startswith("DP verdict: consistent at this budget")
     broken = dp_audit(defense=DEFENSE, level="example", model="lenet", rounds=STEPS, canaries=M, fault=["noise=0"])
     assert broken["exceeds_claim"] and broken["epsilon_lower"] > broken["epsilon_accountant"]["opacus_prv"]
     assert broken["misconfiguration"]["detected"]

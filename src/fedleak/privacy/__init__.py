@@ -8,9 +8,12 @@ Modules: :mod:`.gdp` (closed forms), :mod:`.canaries`, :mod:`.federation`, :mod:
 Mahloujifar et al.), :mod:`.estimate` (Andrew et al.), :mod:`.accountants`, :mod:`.diagnose`, :mod:`.report`;
 example level: :mod:`.sgd_canaries`, :mod:`.sgd_run`, :mod:`.sgd_diagnose`, :mod:`.sgd_audit`; Flower's LocalDpMod:
 :mod:`.local_dp`; DP-LoRA updates (``level="lora"``, Opacus #820): :mod:`.lora_check`, :mod:`.lora_audit`; beside
-the reconstruction audit at the same σ: :mod:`.beside`.
+the reconstruction audit at the same σ: :mod:`.beside`. The user's own Opacus training (``dp_audit(train=,
+dataset=, model=)``, issue #42): :mod:`.opacus_audit`, faults planted in Opacus :mod:`.opacus_faults`; the one
+verdict: :mod:`.verdict`, :mod:`.sgd_verdict`.
 """
 
 from .audit import dp_audit
+from .opacus_audit import audit_opacus
 
-__all__ = ["dp_audit"]
+__all__ = ["audit_opacus", "dp_audit"]

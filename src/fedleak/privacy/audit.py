@@ -86,7 +86,7 @@ def claimed_setting(parsed, rounds: int, clients: Optional[int]) -> tuple[DPSett
     return DPSetting(float(p["noise"]), float(p["clip"]), rounds, bool(p.get("adaptive"))), k
 
 
-def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_root=None, clients: Optional[int] = None,
+def dp_audit(*, defense=None, train=None, dataset=None, model="femnist-cnn", data: str = "digits", data_root=None, clients: Optional[int] = None,
              samples: int = 20, rounds: int = 10, epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
              canaries: int = 1000, canary_scale: float = 10.0, delta: float = 1e-5, seed: int = 0, model_seed: int = 0,
              threat: str = "all-iterates", fault: Sequence[str] = (), out=None, log=None, plot: bool = True,
@@ -97,10 +97,22 @@ def dp_audit(*, defense, model: str = "femnist-cnn", data: str = "digits", data_
     ``level``: ``"client"`` (client-level DP of a DP-FedAvg federation, ``--defense flower-central-dp:…``),
     ``"example"`` (one client's DP-SGD, ``--defense dp-sgd:clip=C,noise=σ``, :mod:`.sgd_audit`) or ``"lora"``
     (the clients' DP-LoRA updates checked against DP-SGD on the adapters, ``lora`` = R, :mod:`.lora_audit`); by
-    default the level the defense names. ``leakage_metrics`` (a ``fedleak audit`` metrics.json at the same
+    default the level the defense names. ``train``/``dataset`` (``model`` an ``nn.Module``): audit the user's own
+    Opacus training instead (:func:`fedleak.privacy.opacus_audit.audit_opacus`; the claim is their PrivacyEngine's
+    ε). ``leakage_metrics`` (a ``fedleak audit`` metrics.json at the same
     defense) or ``with_attacks`` (run a quick one) put the reconstruction results beside the ε (:mod:`.beside`)."""
     import os
 
+    if train is not None or dataset is not None:  # the user's own Opacus training (:mod:`.opacus_audit`)
+        from .opacus_audit import audit_opacus
+
+        if defense is not None:
+            raise FedleakError("defense: with train= the claim is the PrivacyEngine's own ε; leave defense out")
+        if dataset is None or train is None:
+            raise FedleakError("dataset: train= and dataset= go together (the user's training function and its data)")
+        return audit_opacus(train, model, dataset, canaries=canaries, delta=delta, seed=seed, threat=threat, out=out)
+    if defense is None:
+        raise FedleakError("defense: give the claimed DP (--defense), or train= and dataset= for your own Opacus code")
     from ..config.boundary import api_arguments
     from ..types import Protocol
 
@@ -223,6 +235,48 @@ def _beside(runner, leakage: Optional[dict], with_attacks: bool):
     return run
 
 
+GAUSSIAN_CLIENT = ("Gaussian noise on clipped updates, every client every round: T releases (adaptive clipping: "
+                   "with its clipped-count release, Andrew et al. 2021 Thm. 1) compose to exactly √T/σ-GDP (Dong, Roth, "
+                   "Su Cor. 3.3)")
+
+
+def _client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dict:
+    """The one DP verdict of the client-level audit (:mod:`.verdict`). The simulated federation adds Gaussian noise
+    to clipped updates (fixed or adaptive clipping, central or LocalDpMod): Gaussian by construction. A user's own
+    aggregator (``CanaryAudit``) is not, and takes the assumption-free bound (``gaussian=None``)."""
+    from .diagnose import DETECT_FRACTION
+    from .one_run import gdp_p_value, guess, steinke_p_value
+    from .verdict import dp_verdict, shift_power, z_test
+
+    acc, check, threat, delta = result["epsilon_accountant"], result["misconfiguration"], result["threat"], result["delta"]
+    claimed = acc.get("opacus_prv") or acc["gdp_exact"]
+    name = "Opacus PRV" if acc.get("opacus_prv") else "exact GDP"
+    gaussian = GAUSSIAN_CLIENT
+    scores, included = fed.scores[threat], fed.included
+
+    def p_of(s, inc):
+        if gaussian:
+            return gdp_p_value(mu_claimed, guess(s, inc, DETECT_FRACTION, two_sided=False))
+        g = guess(s, inc)
+        return steinke_p_value(g.m, g.r, g.v, claimed, delta)
+
+    arithmetic = ()
+    if local is not None:
+        from .local_dp import sensitivity_finding
+
+        arithmetic = ("LocalDpMod's sensitivity is below its clipping norm (arithmetic, below)",) \
+            if sensitivity_finding(local) else ()
+    return dp_verdict(epsilon_claimed=claimed, claim_name=f"{name}, σ = {setting.noise:g}, {result['rounds']} rounds",
+                      bound=result["lower_bounds"][threat], gaussian=gaussian,
+                      claim_test={"p_value": check["claim_test"]["p_value"], "hypothesis": f"μ = {mu_claimed:.2f}-GDP"},
+                      claim_test_rigorous=gaussian is not None, estimate_epsilon=result["epsilon_estimate"],
+                      z=z_test(scores, included, mu_claimed),
+                      estimated_findings=[f for f in check["findings"] if f.startswith("Estimated")],
+                      alpha=check["alpha"], budget=f"{result['canaries']} canary clients, {result['rounds']} rounds",
+                      fault_test=shift_power(int(included.sum()), int((~included).sum()), mu_claimed, p_of),
+                      arithmetic=arithmetic)
+
+
 def _run(a: dict, out_dir: Optional[Path]) -> dict:
     """The audit once its inputs are valid (``a``: :func:`dp_audit`'s checked arguments)."""
     from .. import data as data_mod
@@ -249,7 +303,7 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     result = {
         "level": "client",
         "epsilon_accountant": accountant_epsilons(setting.noise, rounds, delta),
-        "epsilon_lower": bounds[threat]["epsilon_gdp"],
+        "epsilon_lower": None,  # the verdict's proved ε (:func:`_client_verdict`)
         "epsilon_estimate": estimates[threat]["epsilon"],
         "evidence": {"epsilon_lower": "proved", "epsilon_estimate": "estimated"},
         "threat": threat, "canaries": m, "canaries_inserted": int(fed.included.sum()), "rounds": rounds,
@@ -262,10 +316,11 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
         "samples": samples, "protocol": {"algorithm": "fedavg", "epochs": epochs, "batch_size": batch_size, "lr": lr},
         "seed": seed, "threads": torch.get_num_threads(), "device": "cpu", "machine": platform.machine(),
         "methods": {
-            "epsilon_lower": "Mahloujifar, Melis, Chaudhuri (ICML 2025) one-run f-DP audit, Gaussian family, on "
-                             "Steinke, Nasr, Jagielski (NeurIPS 2023, Alg. 1) guesses: k = ⌈0.1·m⌉ highest 'in', k lowest "
-                             "'out', fixed in advance; 95 % confidence; lower_bounds.epsilon_approx_dp is Steinke et al.'s "
-                             "(ε, δ)-DP analysis (§5) of the same guesses",
+            "epsilon_lower": "Steinke, Nasr, Jagielski (NeurIPS 2023, Alg. 1) guesses: k = ⌈0.1·m⌉ highest 'in', k "
+                             "lowest 'out', fixed in advance; 95 % confidence; Gaussian by construction: "
+                             "Mahloujifar, Melis, Chaudhuri (ICML 2025) one-run f-DP audit, Gaussian family "
+                             "(lower_bounds.epsilon_gdp); Steinke et al.'s assumption-free (ε, δ)-DP analysis (§5) in "
+                             "lower_bounds.epsilon_approx_dp; verdict.assumption says which the headline is",
             "epsilon_estimate": "Andrew et al. (ICLR 2024) Gaussian fit, equal variances (μ = Δmean/sd, exact GDP "
                                 "curve); estimates.*.epsilon_separate_variances with one variance each",
             "epsilon_accountant": "exact GDP (Dong, Roth, Su Cor. 2.13/3.3), Opacus RDP and PRV (q = 1), Flower RdpAccountant"},
@@ -305,6 +360,13 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
                                "Gaussian mechanism of multiplier σ that the update (σ_Δ) and clipped-count (σ_b) "
                                "releases together amount to (Andrew et al. 2021, Thm. 1), booked as Flower's "
                                "RdpAccountant books fixed clipping"}
+    result["verdict"] = _client_verdict(result, fed, mu_claimed, local, setting)
+    result["exceeds_claim"] = result["verdict"]["exceeds_claim"]
+    check["evidence"] = {"violated (proved)": "proved", "not in force (estimated)": "estimated"}.get(
+        result["verdict"]["verdict"])  # follows the one verdict
+    check["detected"] = check["evidence"] is not None
+    result["epsilon_lower"] = result["verdict"]["epsilon_proved"]
+    result["evidence"]["epsilon_lower_assumption"] = result["verdict"]["assumption"]
     result["cost_seconds"] = {**{k2: round(v, 3) for k2, v in fed.seconds.items()},
                               "analysis": round(time.perf_counter() - analysis_start, 3),
                               "total": round(time.perf_counter() - started, 3)}

@@ -25,50 +25,41 @@ def _fmt(x) -> str:
 
 
 def summary_lines(result: dict) -> list[str]:
-    """Plain sentences: proved, estimated, claimed; then the findings of the misconfiguration checks."""
-    acc = result["epsilon_accountant"]
-    low = result["epsilon_lower"]
-    lower = result["lower_bounds"][result["threat"]]
+    """The verdict first (:mod:`.verdict`), then proved, estimated and claimed ε, then the estimated findings: every
+    sentence follows from the one verdict, so none contradicts it."""
+    from .verdict import verdict_lines
+
+    acc, v = result["epsilon_accountant"], result["verdict"]
     est = result["epsilon_estimate"]
-    claim = acc.get("opacus_prv") or acc["gdp_exact"]
-    lines = [
-        f"Proved (95 % confidence, one-run audit of {result['canaries']} canary clients, {result['threat']} "
-        f"threat): the federation is not ({_fmt(low)}, {result['delta']:g})-DP "
-        f"[μ-GDP rejected below μ = {_fmt(lower['mu_gdp'])}; the (ε, δ)-DP analysis of Steinke et al. alone "
-        f"proves ε ≥ {_fmt(lower['epsilon_approx_dp'])}].",
-        f"Estimated (Gaussian fit to the canary statistics, Andrew et al.): ε ≈ {_fmt(est)} at δ = {result['delta']:g}.",
-        f"Claimed by the accountants for σ = {result['setting']['noise']:g}, {result['rounds']} rounds: "
-        f"ε = {_fmt(acc.get('opacus_prv'))} (Opacus PRV), {_fmt(acc.get('opacus_rdp'))} (Opacus RDP), "
-        f"{_fmt(acc.get('flower_rdp'))} (Flower RDP), {_fmt(acc['gdp_exact'])} (exact GDP).",
-    ]
-    if claim and low is not None and math.isfinite(claim) and claim > 0:
-        lines.append(f"The proved loss is {low / claim:.0%} of the accountant's ε; the estimate is {est / claim:.0%} of it."
-                     if math.isfinite(est) else f"The proved loss is {low / claim:.0%} of the accountant's ε.")
-    check = result["misconfiguration"]
-    lines.extend(check["findings"])
+    lines = verdict_lines(v, result["threat"], result["delta"],
+                          f"one-run audit of {result['canaries']} canary clients")
+    lines.append(f"Claimed by the accountants for σ = {result['setting']['noise']:g}, {result['rounds']} rounds: "
+                 f"ε = {_fmt(acc.get('opacus_prv'))} (Opacus PRV), {_fmt(acc.get('opacus_rdp'))} (Opacus RDP), "
+                 f"{_fmt(acc.get('flower_rdp'))} (Flower RDP), {_fmt(acc['gdp_exact'])} (exact GDP).")
+    lines.extend(_ratio(v, est))
+    lines.extend(result["misconfiguration"]["findings"])
     return lines
 
 
+def _ratio(v: dict, est: float) -> list[str]:
+    claim, low = v["epsilon_claimed"], v["epsilon_proved"]
+    if not (claim and math.isfinite(claim) and claim > 0 and low is not None and math.isfinite(low)):
+        return []
+    return [f"The proved ε is {low / claim:.0%} of the claimed ε ({v['claim']})"
+            + (f"; the estimate is {est / claim:.0%} of it." if math.isfinite(est) and est < 1000 else ".")]
+
+
 def sgd_summary_lines(result: dict) -> list[str]:
-    """The example-level audit's sentences (:mod:`.sgd_audit`): proved, estimated, claimed by Opacus, findings."""
-    acc, s = result["epsilon_accountant"], result["setting"]
-    lower = result["lower_bounds"][result["threat"]]
-    low, est, delta = result["epsilon_lower"], result["epsilon_estimate"], result["delta"]
-    claim = acc.get("opacus_prv") or acc.get("opacus_rdp")
-    analysis = ("f-DP, Gaussian family: exact without subsampling" if s["sample_rate"] == 1 else
-                f"(ε, δ)-DP analysis of Steinke et al.; under a Gaussian curve it would be {_fmt(lower['epsilon_gdp'])}")
-    lines = [
-        f"Proved (95 % confidence, one-run audit of {result['canaries']} gradient canaries, {result['threat']} "
-        f"threat): this client's DP-SGD is not ({_fmt(low)}, {delta:g})-DP for its examples [{analysis}].",
-        f"Estimated (Gaussian fit to the canary statistics, Andrew et al.): ε ≈ {_fmt(est)} at δ = {delta:g}.",
-        f"Claimed by Opacus for σ = {s['noise']:g}, q = {s['sample_rate']:.3g}, {result['steps']} steps: "
-        f"ε = {_fmt(acc.get('opacus_prv'))} (PRV), {_fmt(acc.get('opacus_rdp'))} (RDP)"
-        + (f", {_fmt(acc['gdp_exact'])} (exact GDP)." if acc.get("gdp_exact") is not None else "."),
-    ]
-    if claim and low is not None and math.isfinite(claim) and claim > 0 and math.isfinite(low):
-        which = "PRV" if acc.get("opacus_prv") else "RDP"
-        lines.append(f"The proved loss is {low / claim:.0%} of Opacus's {which} ε"
-                     + (f"; the estimate is {est / claim:.0%} of it." if math.isfinite(est) and est < 1000 else "."))
+    """The example-level audit's sentences (:mod:`.sgd_audit`): the verdict, proved, estimated, claimed, findings."""
+    from .verdict import verdict_lines
+
+    acc, s, v = result["epsilon_accountant"], result["setting"], result["verdict"]
+    lines = verdict_lines(v, result["threat"], result["delta"],
+                          f"one-run audit of {result['canaries']} gradient canaries")
+    lines.append(f"Claimed by Opacus for σ = {s['noise']:g}, q = {s['sample_rate']:.3g}, {result['steps']} steps: "
+                 f"ε = {_fmt(acc.get('opacus_prv'))} (PRV), {_fmt(acc.get('opacus_rdp'))} (RDP)"
+                 + (f", {_fmt(acc['gdp_exact'])} (exact GDP)." if acc.get("gdp_exact") is not None else "."))
+    lines.extend(_ratio(v, result["epsilon_estimate"]))
     lines.extend(result["misconfiguration"]["findings"])
     return lines
 
@@ -98,7 +89,8 @@ def plot(result: dict, scores: dict, included: np.ndarray, path: Path) -> None:
         if mu_claim is not None:  # a Gaussian claim (q = 1); a subsampled DP-SGD claim has no such curve
             ax.plot(x, norm.pdf(x, mu_claim), "r-", lw=1.2, label=f"accountant: N(μ={mu_claim:.2f}, 1), ε={eps:.2f}")
         lb = result["lower_bounds"][threat]
-        ax.set_title(f"{threat}: proved ε ≥ {lb.get('epsilon', lb['epsilon_gdp']):.2f}, "
+        gaussian = not result["verdict"]["assumption"].startswith("assumption-free")
+        ax.set_title(f"{threat}: proved ε ≥ {lb['epsilon_gdp' if gaussian else 'epsilon_approx_dp']:.2f}, "
                      f"estimated {result['estimates'][threat]['epsilon']:.2f}", fontsize=9)
         ax.set_xlabel("canary statistic (null standard deviations)")
         ax.legend(fontsize=7)

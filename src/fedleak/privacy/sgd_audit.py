@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import torch
 
 from ..errors import FedleakError
@@ -96,9 +97,7 @@ def run_example_audit(a: dict, out_dir: Optional[Path]) -> dict:
         "epsilon_accountant": acc,
         "epsilon_lower": bounds[threat]["epsilon"],
         "epsilon_estimate": estimates[threat]["epsilon"],
-        # the claimed ε is disproved: the 95 % bound is above it, or the claim test rejects it (p < α, on the
-        # pre-registered canaries above the clip norm: a lower bound above the claim at 1 − α)
-        "exceeds_claim": bool(bounds[threat]["epsilon"] > claimed or check["detected"]),
+        "exceeds_claim": None,  # the verdict's (:mod:`.sgd_verdict`): violated (proved)
         "evidence": {"epsilon_lower": "proved", "epsilon_estimate": "estimated"},
         "threat": threat, "canaries": m, "canaries_inserted": int(run.included.sum()), "canary_kind": "dirac gradient",
         "rounds": rounds, "steps": steps, "sample_rate": q, "delta": delta,
@@ -122,6 +121,16 @@ def run_example_audit(a: dict, out_dir: Optional[Path]) -> dict:
             "epsilon_estimate": "Andrew et al. (ICLR 2024) Gaussian fit, equal variances",
             "epsilon_accountant": "Opacus RDP and PRV (σ, q = B/N, T steps)" + (", exact GDP (q = 1)" if q == 1 else "")},
     }
+    from .sgd_verdict import sgd_verdict
+
+    raw = run.raw_norm
+    result["verdict"] = sgd_verdict(
+        scores=run.scores["all-iterates"], mean_shift=run.mean_shift, included=run.included,
+        test_set=raw != 1.0 if (raw != 1.0).sum() >= 2 else np.ones_like(raw, bool), bound=bounds[threat],
+        check=check, noise=noise, q=q, steps=steps, claimed=claimed,
+        claim_name=("Opacus PRV" if acc.get("opacus_prv") else "Opacus RDP") + f", σ = {noise:g}, q = {q:.3g}",
+        estimate_epsilon=result["epsilon_estimate"], delta=delta, budget=f"{m} gradient canaries, {steps} steps")
+    result["exceeds_claim"] = result["verdict"]["exceeds_claim"]
     result["cost_seconds"] = {**{k: round(v, 3) for k, v in run.seconds.items()},
                               "analysis": round(time.perf_counter() - analysis_start, 3),
                               "total": round(time.perf_counter() - started, 3)}
