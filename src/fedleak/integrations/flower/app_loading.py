@@ -52,7 +52,8 @@ class FlowerApp:
     client_app: object = None
 
 
-def _one_line(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` of an exception on one line (at most 300 characters)."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
@@ -69,13 +70,13 @@ def read(path, run_config: Optional[str] = None) -> FlowerApp:
     try:
         config = get_project_config(folder)
     except Exception as exc:  # noqa: BLE001 - Flower's own validation, any failure is the app's
-        raise FedleakError(f"--flower-app {path}: not a Flower app ({_one_line(exc)})") from None
+        raise FedleakError(f"--flower-app {path}: not a Flower app ({describe_error(exc)})") from None
     components = config["tool"]["flwr"]["app"]["components"]
     try:
         overrides = parse_config_args([run_config]) if run_config else {}
         fused = dict(get_fused_config_from_dir(folder.resolve(), overrides))
     except Exception as exc:  # noqa: BLE001 - an unknown key or bad syntax in --run-config
-        raise FedleakError(f"--run-config {run_config!r}: {_one_line(exc)}") from None
+        raise FedleakError(f"--run-config {run_config!r}: {describe_error(exc)}") from None
     settings = dict(config.get("tool", {}).get("fedleak", {}) or {})
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
@@ -101,7 +102,7 @@ def load(path, run_config: Optional[str] = None) -> FlowerApp:
         except BaseException as exc:  # noqa: BLE001 - the user's module: any error (even SystemExit) is theirs
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            raise FedleakError(f"--flower-app {path}: the {role} {ref!r} does not import ({_one_line(exc)})") \
+            raise FedleakError(f"--flower-app {path}: the {role} {ref!r} does not import ({describe_error(exc)})") \
                 from None
         if not isinstance(loaded, kind):
             raise FedleakError(f"--flower-app {path}: {ref!r} is a {type(loaded).__name__}, not a Flower {role}")

@@ -167,7 +167,7 @@ def start_ray(num_cpus: int, tries: int = RAY_START_TRIES) -> None:
             stop_ray()
             if "timed out during startup" not in str(exc) or attempt == tries:
                 raise FedleakError(f"Ray (Flower's simulation backend) did not start after {attempt} tr"
-                                   f"{'y' if attempt == 1 else 'ies'}: {app_loading._one_line(exc)}") from None
+                                   f"{'y' if attempt == 1 else 'ies'}: {app_loading.describe_error(exc)}") from None
 
 
 def stop_ray() -> None:
@@ -252,7 +252,7 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
         if isinstance(exc, KeyboardInterrupt):
             raise
         cause = exc.__cause__ or exc
-        raise FedleakError(f"the Flower run of {app.path.name} ended: {app_loading._one_line(cause)}") from None
+        raise FedleakError(f"the Flower run of {app.path.name} ended: {app_loading.describe_error(cause)}") from None
     finally:
         runtime.run_serverapp_th = launch
         stop_ray()
