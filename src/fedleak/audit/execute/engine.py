@@ -56,7 +56,9 @@ def evidence_fields(choice, extras: list[dict], tuned: bool = False, trials: int
                     "precondition_held_targets": sum(
                         1 for e in extras if e.get("certain") or e.get("exactness", {}).get("holds")),
                     "precondition": first,
-                    "verification": next((v for v in verifications if v), None)})
+                    # the record of a target that verified (issue #42 item 6), else the first one checked
+                    "verification": next((v for v in verifications if v and v.get("matches")),
+                                         next((v for v in verifications if v), None))})
         return out
     if kind == "analytic":
         return out

@@ -256,7 +256,8 @@ def _verification_text(v) -> str:
     if not isinstance(v, dict) or v.get("relative_error") is None:
         return ""
     error = min(v["relative_error"], v.get("relative_error_after_scale", v["relative_error"]))
-    return f" (relative error {error:.1e} < tolerance {v.get('tolerance', 0):g})"
+    holds = error < v.get("tolerance", 0)  # "<" only when it holds (issue #42 item 6)
+    return f" (relative error {error:.1e} {'<' if holds else '≥'} tolerance {v.get('tolerance', 0):g})"
 
 
 def evidence_sentence(record: dict) -> str:
