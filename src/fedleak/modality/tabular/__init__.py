@@ -89,8 +89,8 @@ class TabularModality(Modality):
                   "rule": self.rule, "recovered_item": self.recovered_item,
                   "sweep": {"knob": sweep.knob, "values": list(values)} if sweep else None, "points": points,
                   "verdicts": verdicts, "environment": env,
-                  "overall": {"verdict": worst, "line": " ".join(
-                      s["sentence"] for s in points[0]["scenarios"].values())},
+                  "overall": {"verdict": worst, "line": next(
+                      s["sentence"] for s in points[0]["scenarios"].values() if s["verdict"]["verdict"] == worst)},
                   "not_run": [] if cfg.malicious else ["malicious (--no-malicious)"]}
         result["config_hash"] = config_hash(result["config"])
         _write(out, result, tables)

@@ -64,7 +64,8 @@ def run_attack(name: str, cfg, update, model, spec, truth: torch.Tensor) -> tupl
         exactness = rec.extras.get("exactness", {})
         verification = exactness.get("verification") or {}
         proved = bool(rec.extras.get("certain")) and bool(verification.get("matches"))
-        scores["evidence"] = "proved" if proved else "estimated"  # unverified: only measured against the truth
+        # unverified: only measured against the truth; nothing returned: not found
+        scores["evidence"] = "proved" if proved else ("estimated" if n else "not-found")
         scores["evidence_text"] = (
             f"proved: the update recomputed from the {n} recovered records matches the one sent (relative error "
             f"{verification.get('relative_error', float('nan')):.1e} <= {verification.get('tolerance', 0):g})"
