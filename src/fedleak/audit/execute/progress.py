@@ -204,7 +204,7 @@ def with_progress(mode, stage: str, work):
     show = reporter(mode)
     try:
         if show is not None:
-            show({"stage": stage})
+            show({"stage": stage, "attack": True})  # off a terminal: a line as it starts, one as it ends
         with progress_reporter(optimizer_callback(show, stage)):
             return work()
     finally:
