@@ -148,6 +148,40 @@ def block_checks(r: dict) -> str:
     return "\n".join(lines)
 
 
+RESULTS_OPACUS = ROOT / "benchmarks" / "results" / "dp_audit_opacus.json"
+RESULTS_PLANTED = ROOT / "benchmarks" / "results" / "dp_audit_planted.json"
+BEGIN_OPACUS, END_OPACUS = ("<!-- BEGIN dp_audit_opacus.json (benchmarks/dp_audit_doc.py) -->",
+                            "<!-- END dp_audit_opacus.json -->")
+
+
+def block_opacus(r: dict, planted: dict) -> str:
+    """The user's own Opacus (benchmarks/bench_dp_audit_opacus.py): targets, planted faults, correct runs."""
+    m = r["meta"]
+    lines = [f"Measured with {m['library']} (torch {m['torch']}), {m['threads']} torch thread, {m['device']} "
+             f"({m['machine']}), load average {m['load_average'][0]:.1f}; {m['model']} on {m['data']}; the claim: "
+             f"{m['claim']}; 1,000 canary examples.", "",
+             "| setting | seed | accountant ε | proved ε ≥ | proved / accountant | assumption | estimated ε | verdict | "
+             "CPU s |", "|---|---|---|---|---|---|---|---|---|"]
+    for t in r["targets"]:
+        lines.append(f"| {t['setting']} | {t['seed']} | {t['epsilon_accountant']:.2f} | {t['epsilon_lower']:.2f} | "
+                     f"{t['ratio']:.2f}× | {t['assumption'].split(':')[0]} | {_f(t['epsilon_estimate'])} | "
+                     f"{t['verdict']} | {t['cpu_seconds']:.0f} |")
+    lines += ["", "Faults planted inside the real Opacus (`benchmarks/results/dp_audit_planted.json`):", "",
+              "| fault | function planted | q | verdict | detected (p < 0.01) | p | proved ε ≥ |",
+              "|---|---|---|---|---|---|---|"]
+    for f in planted["faults"]:
+        lines.append(f"| {f['fault']} | `{f['function_planted']}` | {f['q']:g} | {f['verdict']} | "
+                     f"{'yes' if f['detected'] else 'no'} | {f['p']:.1e} | {f['epsilon_lower']:.2f} |")
+    if r.get("correct"):
+        flagged = sum(c["verdict"] != "consistent at this budget" for c in r["correct"])
+        faults = [c["smallest_noise_fault"] for c in r["correct"] if c["smallest_noise_fault"] is not None]
+        lines += ["", f"Correct configurations: {flagged} of {len(r['correct'])} flagged "
+                      f"({', '.join(sorted({c['setting'] for c in r['correct']}))}); smallest noise fault each budget "
+                      f"would have found in a typical run: noise ≤ {min(faults):.2f}–{max(faults):.2f}× the claimed σ"
+                      if faults else ""]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
@@ -157,6 +191,9 @@ def main() -> int:
     new = _replace(new, BEGIN_SGD, END_SGD, block_sgd(json.loads(RESULTS_SGD.read_text())))
     if RESULTS_CHECKS.exists():
         new = _replace(new, BEGIN_CHECKS, END_CHECKS, block_checks(json.loads(RESULTS_CHECKS.read_text())))
+    if RESULTS_OPACUS.exists() and RESULTS_PLANTED.exists() and BEGIN_OPACUS in new:
+        new = _replace(new, BEGIN_OPACUS, END_OPACUS, block_opacus(json.loads(RESULTS_OPACUS.read_text()),
+                                                                   json.loads(RESULTS_PLANTED.read_text())))
     if args.check:
         return 0 if new == text else 1
     DOC.write_text(new)

@@ -107,3 +107,54 @@ def test_bad_inputs_name_the_problem(digits):
     marked = TensorDataset(torch.full((4, 64), SENTINEL), torch.zeros(4, dtype=torch.long))
     with pytest.raises(FedleakError, match="^dataset: a real example starts with the canary marker"):
         audit_opacus(_train(), _net(), marked, canaries=2)
+
+
+TRAIN_FILE = '''
+import math, torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from opacus import PrivacyEngine
+from sklearn.datasets import load_digits
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+
+def dataset():
+    d = load_digits()
+    return TensorDataset(torch.tensor(d.data[:300] / 16.0, dtype=torch.float32), torch.tensor(d.target[:300]))
+
+def train(model, dataset):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(dataset, batch_size=len(dataset))
+    engine = PrivacyEngine()
+    model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader,
+                                             noise_multiplier=2.0, max_grad_norm=1.0)
+    for _ in range(3):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    return engine
+'''
+
+
+def test_cli_train_file(tmp_path, capsys):
+    """``fedleak dp-audit --train FILE.py``: the user's file, their make_private at σ = 2; bad files exit 2."""
+    import json
+
+    from fedleak.cli import main
+
+    f = tmp_path / "mytrain.py"
+    f.write_text(TRAIN_FILE)
+    assert main(["dp-audit", "--train", str(f), "--canaries", "100", "--out", str(tmp_path / "o")]) == 0
+    saved = json.loads((tmp_path / "o" / "dp-audit.json").read_text())
+    assert saved["source"] == "opacus" and saved["noise_multiplier"] == 2.0 and saved["steps_observed"] == 3
+    assert saved["verdict"]["verdict"] == CONSISTENT and capsys.readouterr().out.startswith("DP verdict:")
+    broken = tmp_path / "broken.py"
+    broken.write_text("def train(model, dataset):\n    return None\n")
+    assert main(["dp-audit", "--train", str(broken), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must define model, dataset" in err[0]
+    assert main(["dp-audit", "--train", str(f), "--defense", "dp-sgd:clip=1,noise=1", "--out", str(tmp_path / "c")]) == 2
+    assert "leave --defense out" in capsys.readouterr().err

@@ -25,7 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--epochs", type=int, default=1, help="local epochs E (default 1)")
     g.add_argument("--batch-size", type=int, help="local batch size (default: all samples)")
     g.add_argument("--lr", type=float, default=0.004, help="client learning rate (default 0.004)")
-    g.add_argument("--defense", action="append", metavar="SPEC", required=True,
+    g.add_argument("--train", metavar="FILE.py", help="audit your own Opacus training instead: the file defines "
+                   "train(model, dataset) (your loop with PrivacyEngine.make_private; returns the engine), model() and "
+                   "dataset(); the claim is your engine's ε (docs/dp-audit.md)")
+    g.add_argument("--defense", action="append", metavar="SPEC",
                    help="the claimed DP: flower-central-dp:noise=σ,clip=C,clients=K (client level) or "
                         "dp-sgd:clip=C,noise=σ (example level: DP-SGD inside a client, q = batch/samples)")
     g.add_argument("--level", choices=["client", "example", "lora"],
@@ -64,6 +67,19 @@ def _number(value):
 def run_from_args(args, log=print) -> dict:
     from .audit import dp_audit
 
+    if args.train is not None:  # the user's own Opacus training (:mod:`.train_file`, :mod:`.opacus_audit`)
+        from .train_file import load_train_file
+
+        if args.defense:
+            from ..errors import FedleakError
+
+            raise FedleakError("--defense: with --train the claim is your PrivacyEngine's own ε; leave --defense out")
+        train, model, dataset = load_train_file(args.train)
+        result = dp_audit(train=train, model=model, dataset=dataset, canaries=_number(args.canaries), delta=args.delta,
+                          seed=args.seed, threat=args.threat, out=args.out)
+        for line in result["summary"]:
+            log(line)
+        return result
     result = dp_audit(defense=args.defense, model=args.model, model_seed=args.model_seed, data=args.data,
                       data_root=args.data_root, samples=_number(args.samples),
                       clients=_number(args.clients) if args.clients is not None else None,
