@@ -31,9 +31,8 @@ The other commands (``fedleak inspect``, ``run``, ``report``, ``convert-gguf``; 
     info = fedleak.convert_gguf("smollm2", "models/smollm2")
 """
 
-from importlib import import_module
-
 from .errors import FedleakError
+from .lazy import attributes
 from .version import __version__
 
 # Everything else is imported on first use (PEP 562), so that `fedleak --help` and the listings start
@@ -53,15 +52,7 @@ __all__ = ["ClientData", "DataSpec", "Defense", "FedleakError", "Protocol", "Rec
            "inspect_model_file", "metrics", "models", "report_run", "run_experiment", "simulate_update"]
 
 
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return import_module(f".{name}", __name__)  # the import binds it as this package's attribute
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fedleak' has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = attributes(__name__, _NAMES, _SUBMODULES)
 
 
 def __dir__():

@@ -13,7 +13,7 @@ Layout: :mod:`.boundary` (the bounds and the strict-model helpers every door use
 (the short text forms), :mod:`.loaders` (third-party file loaders).
 """
 
-from importlib import import_module
+from ..lazy import attributes
 
 # imported on first use (PEP 562): `fedleak.config.cli_args` (the command line's argument types) is read by
 # `fedleak --help` without pydantic or torch (issue 46)
@@ -34,10 +34,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fedleak.config' has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = attributes(__name__, _NAMES)
