@@ -68,3 +68,21 @@ def test_bad_table_inputs_exit_2_and_write_nothing(tmp_path, capsys):
     assert main(["audit", "--data", str(fake), "--label", "y", "--out", str(out)]) == 2
     assert "not a Parquet file" in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_exact_attacks_on_a_model_without_a_first_linear_layer_are_not_found():
+    """FT-Transformer's first layer is a tokenizer, not linear + ReLU: SPEAR's precondition fails, said, no crash."""
+    from fedleak.audit.plan.config import AuditConfig
+    from fedleak.data.tabular import load
+    from fedleak.models import build
+    from fedleak.modality.tabular.execute import run_client
+
+    spec, clients = load("german", num_clients=1, samples_per_client=4)
+    cfg = AuditConfig(attacks=("spear",), quick=True)
+    plan = cfg.resolve()
+    scenario = [s for s in plan.scenarios if s.key == "fedsgd"][0]
+    model = build("ft-transformer", spec, dim=16, blocks=1, heads=2)
+    result = run_client(cfg, plan, scenario, model, spec, clients[0], 0)
+    spear = result["attacks"]["spear"]
+    assert spear["evidence"] == "not-found" and "precondition not met" in spear["evidence_text"]
+    assert spear["accuracy"] == 0.0 and result["guess"].shape == (0, spec.schema.width)

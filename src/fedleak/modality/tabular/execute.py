@@ -90,7 +90,16 @@ def run_client(cfg, plan, scenario, model, spec, data, seed: int, show: Optional
     for name in attacks_for(cfg, scenario.protocol):
         if show is not None:
             show({"stage": f"{scenario.key}: {name} on {data.client_id} ({len(data)} records)"})
-        results[name], guesses[name] = run_attack(name, cfg, update, model, spec, data.inputs)
+        try:
+            results[name], guesses[name] = run_attack(name, cfg, update, model, spec, data.inputs)
+        except FedleakError as exc:  # an exact attack whose precondition the model does not meet (no linear layer)
+            if name not in EXACT:
+                raise
+            empty = data.inputs[:0]
+            results[name] = {**evaluate(spec.schema, empty, data.inputs, seed=cfg.seed), "kind": "exact",
+                             "evidence": "not-found", "cpu_seconds": 0.0,
+                             "evidence_text": f"precondition not met: {exc}"}
+            guesses[name] = (empty, None)
     strongest = max(results, key=lambda k: (results[k]["evidence"] == "proved", results[k]["exact_match_rate"],
                                             results[k]["accuracy"]))
     guess, entropy = guesses[strongest]
