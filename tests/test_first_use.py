@@ -34,3 +34,10 @@ def test_a_text_model_without_its_extra_names_the_extra_for_the_model_asked(monk
     assert code == 2 and len(err) == 1, err
     assert "--model gpt2-tiny needs the text extra" in err[0] and 'pip install -e ".[text]"' in err[0]
     assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+def test_a_p_value_that_underflowed_reads_below_the_smallest_double():
+    """`dp-audit` printed "p ≤ 0.0e+00" for a z-test tail beyond the smallest double (issue 46 item 5)."""
+    from fedleak.privacy.one_run import p_text
+
+    assert p_text(0.0, "≤") == "< 1e-300" and p_text(3.2e-05) == "= 3.2e-05" and p_text(0.004, "≤") == "≤ 4.0e-03"

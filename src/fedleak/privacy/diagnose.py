@@ -24,7 +24,7 @@ import numpy as np
 from scipy.stats import norm
 
 from .estimate import estimate
-from .one_run import gdp_p_value, guess
+from .one_run import gdp_p_value, guess, p_text
 
 #: one-sided "in" guesses of the claim test, as a fraction of the canaries (fixed in advance)
 DETECT_FRACTION = 0.3
@@ -70,8 +70,8 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
             worst = max((n for n in nodes if n["flagged"]), key=lambda n: n["p_value"])
             findings.append(f"Estimated: the inserted canaries above the clip norm sent through clients "
                             f"{', '.join(map(str, flagged_nodes))} separate by up to "
-                            f"{max(n['separation'] for n in nodes if n['flagged']):.2f} (each z-test p ≤ "
-                            f"{worst['p_value']:.1e}) where clipped canaries separate by {est_small:.2f}: updates reach "
+                            f"{max(n['separation'] for n in nodes if n['flagged']):.2f} (each z-test p "
+                            f"{p_text(worst['p_value'], '≤')}) where clipped canaries separate by {est_small:.2f}: updates reach "
                             f"the noise unclipped on clients {', '.join(map(str, flagged_nodes))} (clipping setting).")
         else:
             findings.append(f"Estimated: canaries of raw norm above the clip norm separate as μ ≈ {est_large:.2f} "

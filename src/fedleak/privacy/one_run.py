@@ -52,6 +52,12 @@ class Guesses:
                 "guess_out": self.k_out}
 
 
+def p_text(p: float, relation: str = "=") -> str:
+    """``"= 3.2e-05"`` for a p-value in a sentence; a p that underflowed to 0 (a tail beyond the smallest double)
+    reads ``"< 1e-300"``, never ``"≤ 0.0e+00"`` (issue 46)."""
+    return "< 1e-300" if p <= 0 else f"{relation} {p:.1e}"
+
+
 def guess(scores, included, fraction: float = GUESS_FRACTION, two_sided: bool = True) -> Guesses:
     """Guess "in" for the ⌈fraction·m⌉ highest scores and (``two_sided``) "out" for as many lowest;
     abstain on the rest."""

@@ -28,6 +28,8 @@ from typing import Callable, Optional
 import numpy as np
 from scipy.stats import norm
 
+from .one_run import p_text
+
 VIOLATED, NOT_IN_FORCE, CONSISTENT = "violated (proved)", "not in force (estimated)", "consistent at this budget"
 ASSUMPTION_FREE = "assumption-free: Steinke, Nasr, Jagielski (NeurIPS 2023) §5 (ε, δ)-DP analysis"
 
@@ -113,14 +115,14 @@ def dp_verdict(*, epsilon_claimed: float, claim_name: str, bound: dict, gaussian
     if bound_above or (test_rejects and claim_test_rigorous) or arithmetic:
         verdict = VIOLATED
         reasons = list(arithmetic) + ([f"the proved ε ≥ {_f(proved_eps)} exceeds the claimed ε = {_f(epsilon_claimed)}"] if bound_above
-                   else []) + ([f"the claim test rejects {claim_test['hypothesis']} at p = {p:.1e} < {alpha:g}"]
+                   else []) + ([f"the claim test rejects {claim_test['hypothesis']} at p {p_text(p)} < {alpha:g}"]
                                if test_rejects and claim_test_rigorous else [])
     elif test_rejects or z_rejects or estimated_findings:
         verdict = NOT_IN_FORCE
-        reasons = ([f"the claim test rejects {claim_test['hypothesis']} at p = {p:.1e} only under a Gaussian "
+        reasons = ([f"the claim test rejects {claim_test['hypothesis']} at p {p_text(p)} only under a Gaussian "
                     "privacy curve, which this mechanism is not by construction"] if test_rejects else []) \
             + ([f"the canaries separate by {z['difference']:.2f} null standard deviations where the claim allows "
-                f"{z['allowed']:.2f} (z-test p = {z['p_value']:.1e})"] if z_rejects else []) \
+                f"{z['allowed']:.2f} (z-test p {p_text(z['p_value'])})"] if z_rejects else []) \
             + (["the level's checks name a fault (below)"] if estimated_findings else [])
     else:
         verdict = CONSISTENT
