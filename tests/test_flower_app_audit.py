@@ -4,7 +4,8 @@ The fast tests need no simulation: a folder that is not a Flower app, a ClientAp
 run-config key — one line, exit 2, nothing written. The slow ones run Flower 1.42's simulation (Ray) for real, on a
 second app built here that fedleak never saw: a different model (an MLP), Flower's ``FedProx`` inside Flower's
 ``DifferentialPrivacyServerSideFixedClipping``, DP canaries switched on by its run config; and on the same app's
-failure modes (a ServerApp that raises, one that starts no strategy). Measured on 2 shared cores: ~35-60 s a run.
+failure modes (a ServerApp that raises, one that starts no strategy). Measured on 2 shared cores at load ~12:
+the second app 78 s, the crash 31 s, the example by its README (two runs) 138 s; the other tests < 10 s each.
 """
 
 from __future__ import annotations
@@ -375,3 +376,44 @@ def test_app_flags_without_an_app_are_refused(tmp_path, capsys):
     assert main(["audit", "--run-config", "x=1", "--canaries", "5", "--out", str(tmp_path / "o")]) == 2
     assert "--run-config, --canaries apply to a Flower app: add --flower-app PATH" in _one_error_line(capsys)
     assert not (tmp_path / "o").exists()
+
+
+def test_flwr_run_wrapper_finds_flower_superlink_and_names_a_running_local_superlink(monkeypatch):
+    """The issue's first three failures of `flwr run` in simulation: flower-superlink not on PATH without an
+    activated venv, Flower's runtime `uv sync`, a local SuperLink kept from an earlier try."""
+    import http.server
+    import sys
+    import threading
+
+    from flwr.cli.constant import LOCAL_SUPERLINK_HTTP_API_PORT
+
+    from fedleak.integrations.flower import flwr_run
+
+    monkeypatch.delenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", raising=False)
+    env = flwr_run.run_environment()
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    assert env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
+    monkeypatch.setenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "0")  # the user's own choice is kept
+    assert flwr_run.run_environment()["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "0"
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    assert flwr_run.stale_local_superlink() is None
+    try:
+        server = http.server.HTTPServer(("127.0.0.1", int(LOCAL_SUPERLINK_HTTP_API_PORT)), Health)
+    except OSError:
+        pytest.skip("the local SuperLink port is in use on this machine")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        line = flwr_run.stale_local_superlink()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert line and f"a local SuperLink already answers on 127.0.0.1:{LOCAL_SUPERLINK_HTTP_API_PORT}" in line

@@ -9,6 +9,13 @@ once, with it after the logs end, whether the ServerApp finished or crashed. Thi
 the run's final status (``flwr list --run-id N --format json``) and exits **0** only for
 ``finished:completed``; a failed, stopped or unfinished run prints one line naming it and exits
 **1**; a run that never started exits with ``flwr run``'s own code (or 1). Nothing is written.
+
+Without a connection (Flower's local simulation) ``flwr run`` starts a local ``flower-superlink`` from ``PATH``
+and keeps it for later runs, with the environment it was started in. So ``flwr run`` gets ``PATH`` with this
+Python's ``bin`` first (a venv need not be activated) and ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1``
+unless it is set (Flower would otherwise ``uv sync`` the app and fail offline), and a local SuperLink already
+answering is named in one line before the run (it was started earlier and keeps that start's environment; stop
+it to start a fresh one). ``fedleak audit --flower-app`` needs none of this: it starts no SuperLink.
 """
 
 from __future__ import annotations
@@ -33,12 +40,38 @@ def _flwr() -> str:
     return here
 
 
+def run_environment() -> dict:
+    """The environment ``flwr run`` gets: this Python's ``bin`` first on ``PATH``, runtime installation off."""
+    import os
+
+    env = dict(os.environ)
+    here = str(Path(sys.executable).parent)
+    env["PATH"] = here + (os.pathsep + env["PATH"] if env.get("PATH") else "")
+    env.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+    return env
+
+
+def stale_local_superlink() -> Optional[str]:
+    """A line naming the local SuperLink Flower's simulation would reuse, or ``None`` when none answers."""
+    try:
+        from flwr.cli.constant import LOCAL_SUPERLINK_HTTP_API_PORT
+        from flwr.cli.local_superlink import _is_local_superlink_started  # Flower's own probe (its /health)
+
+        if not _is_local_superlink_started():
+            return None
+    except Exception:  # noqa: BLE001 - another Flower, or the probe failing: nothing to say
+        return None
+    return (f"fedleak: note: a local SuperLink already answers on 127.0.0.1:{LOCAL_SUPERLINK_HTTP_API_PORT}; flwr run "
+            "reuses it with the environment it was started in (stop that flower-superlink process to start a fresh "
+            "one)")
+
+
 def run_status(run_id: int, connection: Optional[str], wait: float = 60.0) -> tuple[str, str]:
     """``(status, details)`` of a run once it has finished (or the last one seen after ``wait`` s)."""
     command = [_flwr(), "list", "--run-id", str(run_id), "--format", "json"] + ([connection] if connection else [])
     deadline, status, details = time.monotonic() + wait, "unknown", ""
     while True:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=run_environment())
         try:
             run = json.loads(done.stdout)["runs"][0]
             status, details = str(run.get("status", "unknown")), str(run.get("status-details", ""))
@@ -65,7 +98,12 @@ def main(argv=None) -> int:
     if args.federation_config:
         command += ["--federation-config", args.federation_config]
     run_id = None
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if args.connection is None:
+        stale = stale_local_superlink()
+        if stale:
+            print(stale, file=sys.stderr)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=run_environment())
     start = time.monotonic()
     try:
         for line in process.stdout:
