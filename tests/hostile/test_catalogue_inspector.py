@@ -97,3 +97,14 @@ def test_random_heads_of_few_features_are_not_feature_fishing():
     fished["fc.weight"][3, 5] = 1.0
     fished["fc.bias"][3] = -0.1
     assert [f.signature for f in inspect_state(fished).findings] == ["fishing"]
+
+
+def test_a_rank_one_head_beside_norm_layers_is_not_an_imprint():
+    """A zero-initialized head after one-class SGD is rank one (ViT's JAX init; found by bench_inspect_honest.py:
+    ``head.weight (transposed): imprint-rows 1.00``): the renamed-bias search must not borrow a norm layer's
+    weight or bias as its thresholds. Only tensors of the weight's own layer or of no other layer are tried."""
+    generator = torch.Generator().manual_seed(0)
+    head = torch.outer(torch.randn(10, generator=generator), torch.randn(192, generator=generator))
+    state = {"norm.weight": 1 + 0.1 * torch.randn(192, generator=generator),
+             "norm.bias": 0.1 * torch.randn(192, generator=generator), "head.weight": head, "head.bias": torch.zeros(10)}
+    assert not inspect_state(state).suspicious, inspect_state(state).summary()

@@ -33,6 +33,7 @@ the structures those attacks need:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Optional
@@ -248,9 +249,18 @@ def _imprint_any_orientation(name: str, tensor: torch.Tensor, state: Mapping[str
 def _renamed_bias(label: str, weight: torch.Tensor, named: Optional[torch.Tensor], state: Mapping[str, torch.Tensor],
                   name: str, following: Optional[torch.Tensor]) -> Optional[Finding]:
     """Parallel rows without bins under the bias named like the weight (or next to it): names and order are the
-    attacker's, so every other 1-D tensor of one value per row is tried as the bias (Fowl et al. §3.3 need one
-    that spreads the thresholds); the first that makes bins is the finding."""
-    for other in bias_candidates(state, weight.shape[0], name, following)[:MAX_BIAS_CANDIDATES]:
+    attacker's, so the other 1-D tensors of one value per row are tried as the bias (Fowl et al. §3.3 need one
+    that spreads the thresholds); the first that makes bins is the finding. Tried: those of the weight's own
+    layer (its name prefix) and those no other layer claims (alone under their prefix) — not a norm layer's
+    weight or another layer's bias, which would give an honest rank-one layer (a zero-initialized head after
+    one-class training) bins it does not have."""
+    def prefix(key: str) -> str:
+        return key.rsplit(".", 1)[0] if "." in key else key
+
+    groups = Counter(prefix(key) for key in state)
+    pool = {key: tensor for key, tensor in state.items()
+            if prefix(key) == prefix(name) or groups[prefix(key)] == 1}
+    for other in bias_candidates(pool, weight.shape[0], name)[:MAX_BIAS_CANDIDATES]:
         if named is not None and torch.equal(other, named):
             continue
         found = imprint_rows(label, weight, other)
