@@ -213,3 +213,21 @@ def test_bad_candidate_files_are_one_line(tmp_path, capsys, lines, extra, needle
     err = capsys.readouterr().err.strip()
     assert code == 2 and needle in err and len(err.splitlines()) == 1, err
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_preset_candidates_shrink_to_what_the_text_holds():
+    """--flowertune asks 400 candidates (200 + 200 where the text allows); at 512 tokens the embedded text holds 96
+    windows beside an 8-sequence client: 8 members and 96 held back, said in the preset's description. A
+    --membership the user gave is never shrunk: too few is one line."""
+    from fedleak.audit.execute.membership import outside_pool
+    from fedleak.audit.plan.config import AuditConfig
+
+    cfg = AuditConfig(data="text", model="llama-tiny", seq_len=512, membership=400)
+    cfg.extra["flowertune"] = {"candidates_by": "the preset"}
+    source = outside_pool(cfg, "llama-tiny", 1, 8)
+    assert len(source) == 104 and cfg.extra["membership_count"] == 104
+    assert cfg.extra["flowertune"]["candidates"].startswith("104 candidates, not the preset's 400")
+    given = AuditConfig(data="text", model="llama-tiny", seq_len=512, membership=400)
+    given.extra["flowertune"] = {"candidates_by": "--membership"}
+    with pytest.raises(FedleakError, match="--membership 400: the audited client's data source holds about 96"):
+        outside_pool(given, "llama-tiny", 1, 8)

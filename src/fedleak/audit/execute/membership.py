@@ -224,6 +224,13 @@ def outside_pool(cfg, model_name: str, needed: int, samples: int) -> Optional[Cl
     _, whole, _, _ = text_audit.prepare(cfg, model_name, 1, None)
     source = whole[0]
     free = len(source) - (samples * needed if len(source) >= samples * needed else samples)
+    preset = cfg.extra.get("flowertune") or {}
+    if free < need and preset.get("candidates_by") == "the preset" and free >= 2:  # as many as the text allows
+        fewer = 2 * free if free < samples else samples + free  # k = min(fewer // 2, samples) members, free others
+        cfg.extra["membership_count"] = fewer
+        preset["candidates"] = (f"{fewer} candidates, not the preset's {count}: the text holds {free} sequences to "
+                                f"hold back beside the audited clients'")
+        return source
     if free < need:
         raise FedleakError(f"--membership {count}: the audited client's data source holds about {max(0, free)} "
                            f"sequences beyond what the {needed} audited client(s) train on; {need} are needed as "
@@ -262,7 +269,8 @@ def measure_point(cfg, model, spec, pool: list, outside: Optional[ClientData], p
         if show is not None:
             show({"stage": text})
 
-    entry = measure(model, client, outside, scenario.protocol, count=cfg.membership or DEFAULT_CANDIDATES,
+    count = cfg.extra.get("membership_count") or cfg.membership or DEFAULT_CANDIDATES
+    entry = measure(model, client, outside, scenario.protocol, count=count,
                     seed=cfg.seed, docs=cfg.extra.get("candidate_docs"), spec=spec, progress=progress,
                     audited=pool)
     entry["scenario"] = scenario.key

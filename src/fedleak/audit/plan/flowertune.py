@@ -33,12 +33,15 @@ CPU_SEQ_LEN = 64
 #: tokens per gradient-accumulation slice (see :func:`micro_batch`)
 MICRO_TOKENS = 2048
 MODEL = "smollm2"
+#: candidate documents of the preset's membership test: 200 + 200 where the text allows (at most the client's
+#: sequences as members, the rest held back; fewer where the text holds fewer, said in the report)
+CANDIDATES = 400
 
 
 def apply(cfg, device: str = "cpu"):
     """``(config with the preset where the user gave no value, description)``."""
     from ...errors import FedleakError
-    from .default import DEFAULT_CANDIDATES, DEFAULT_DATA, DEFAULT_MODEL
+    from .default import DEFAULT_DATA, DEFAULT_MODEL
 
     data = "text" if cfg.data == DEFAULT_DATA else cfg.data
     if str(data).strip().lower() != "text":
@@ -55,7 +58,7 @@ def apply(cfg, device: str = "cpu"):
         "lr": cfg.lr if cfg.lr is not None else FULL["lr"], "seq_len": seq_len,
         "lora": cfg.lora if cfg.lora is not None else FULL["lora"],
         "lora_dropout": cfg.lora_dropout if cfg.lora_dropout is not None else FULL["lora_dropout"],
-        "membership": cfg.membership if cfg.membership is not None else DEFAULT_CANDIDATES,
+        "membership": cfg.membership if cfg.membership is not None else CANDIDATES,
         "attacks": cfg.attacks or ("dager",), "malicious": False,
         "optimizer": cfg.optimizer or FULL["optimizer"],
     }
@@ -75,6 +78,7 @@ def apply(cfg, device: str = "cpu"):
                                               "ε 1e-8, no weight decay), constant lr within the round"
                                               if out.optimizer == "adamw" else "plain SGD (not FlowerTune's AdamW: "
                                               "--optimizer sgd)")),
+        "candidates_by": "--membership" if cfg.membership is not None else "the preset",
         "attacks_chosen_by": "--attacks" if cfg.attacks else ("the FlowerTune preset, which runs DAGER and the "
                                                               "membership test; add it with --attacks"),
         "differences": "round 1's lr (5e-5; FlowerTune decays it to 1e-6 by a cosine over the rounds); round 1 (B = "
