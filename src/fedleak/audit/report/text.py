@@ -176,7 +176,8 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
     if isinstance(result.get("membership"), dict):  # membership of candidate documents (audit/execute/membership.py)
         from .figures import roc_plot
 
-        plots["membership-roc"] = ("Membership of candidate documents: ROC of the gradient-alignment score",
+        by = result["membership"].get("headline_statistic") or "the membership score"
+        plots["membership-roc"] = (f"Membership of candidate documents: ROC of {by} (the stronger of the attacks run)",
                                    roc_plot(result["membership"]))
     sweep = result.get("sweep")
     if sweep:
