@@ -74,6 +74,18 @@ def test_faults_planted_in_opacus_are_proved(digits, fault, finding):
     assert any(finding in f for f in r["misconfiguration"]["findings"])
 
 
+def test_shuffled_batches_accounted_as_poisson_are_found(digits):
+    """Opacus's Poisson sampler replaced by a shuffling loader (the accountant still told Poisson, q = 1/4): the
+    batch sizes that reach the optimizer are fixed (variance test p ≈ 1e-10 here); ε under both is reported."""
+    with planted("shuffle"):
+        r = audit_opacus(_train(epochs=3, fraction=0.25), _net(), digits, canaries=200, seed=1)
+    assert r["sampling"]["poisson"] is False and r["sampling"]["p_value"] < 1e-6
+    assert r["verdict"]["verdict"] == "not in force (estimated)" and not r["exceeds_claim"]
+    assert any("not Poisson-sampled" in f and "with shuffled batches ε ≤" in f for f in r["misconfiguration"]["findings"])
+    honest = audit_opacus(_train(epochs=3, fraction=0.25), _net(), digits, canaries=200, seed=1)
+    assert honest["sampling"]["poisson"] is True and honest["verdict"]["verdict"] == CONSISTENT
+
+
 def test_planted_faults_are_undone():
     import opacus.optimizers.optimizer as opt
 
