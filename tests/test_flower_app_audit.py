@@ -91,7 +91,7 @@ def train(msg: Message, context: Context) -> Message:
         for p, g in zip(net.parameters(), grads):
             p -= lr * g
     content = RecordDict({{"arrays": ArrayRecord(net.state_dict()),
-                          "metrics": MetricRecord({{"num-examples": len(x), "train-loss": float(loss)}})}})
+                          "metrics": MetricRecord({{"num-examples": len(x), "train-loss": float(loss.detach())}})}})
     return Message(content=content, reply_to=msg)
 """
 

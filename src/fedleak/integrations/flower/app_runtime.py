@@ -123,12 +123,13 @@ def environment(share_truth: bool):
 
     saved = {k: os.environ.get(k) for k in ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", NODE_CONFIG_ENV,
                                             "RAY_DEDUP_LOGS", "FLWR_TELEMETRY_ENABLED", "PYTHONPATH",
-                                            "RAY_USAGE_STATS_ENABLED")}
+                                            "RAY_USAGE_STATS_ENABLED", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO")}
     saved_telemetry = telemetry.FLWR_TELEMETRY_ENABLED
     telemetry.FLWR_TELEMETRY_ENABLED = os.environ["FLWR_TELEMETRY_ENABLED"] = "0"  # read per event; Ray actors too
     os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     os.environ["RAY_DEDUP_LOGS"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray's usage report: no network at run time
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray's future default (silences its warning)
     if share_truth:
         current = os.environ.get(NODE_CONFIG_ENV, "")
         if "share-truth" not in current:
