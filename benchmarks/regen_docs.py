@@ -307,6 +307,25 @@ def llm_membership() -> str:
     return "\n".join(rows) + f"\n\nNon-members: {split}.\n"
 
 
+def llm_membership_dp() -> str:
+    """Membership under Flower's DP wrappers (``bench_membership_dp.py``): one row per σ (central) or ε (local)."""
+    d = _load("membership_dp.json")
+    rows = ["| Flower wrapper | σ or ε | Flower's ε (δ 1e-5, 1 round) | ProjRes AUC (95 % CI) | joint fit AUC (95 % CI) | "
+            "joint fit TPR at 1 % FPR |", "|---|--:|--:|---|---|--:|"]
+    for r in d["rows"]:
+        value = r.get("noise", r.get("epsilon"))
+        eps = r.get("epsilon_flower")
+        cells = [f"{r[k]['auc']:.3f} ({r[k]['auc_ci95'][0]:.2f}–{r[k]['auc_ci95'][1]:.2f})" for k in ("projres", "joint-fit")]
+        rows.append(f"| {'central (server noise)' if r['wrapper'] == 'central' else 'local (client noise)'} | "
+                    f"{'σ' if r['wrapper'] == 'central' else 'ε'} = {value:g} | "
+                    f"{'none' if eps is None else f'{eps:.3g}'} | {cells[0]} | {cells[1]} | "
+                    f"{r['joint-fit']['tpr_at_1pct_fpr']:.3f} |")
+    return ("\n".join(rows) + f"\n\n{d['model']}, LoRA r {d['lora']['rank']}, dropout {d['lora']['dropout']:g}, "
+            f"{d['shape']}, {d['optimizer']}; {d['split']}; clip {d['clip']:g}, {d['clients']} clients; seed "
+            f"{d['seed']}, load average {d['environment']['load_average'][0]:.1f} (`benchmarks/results/membership_dp.json`, "
+            f"`benchmarks/bench_membership_dp.py`).\n")
+
+
 def readme_audit() -> str:
     """The README's first screen: the default audit's table and verdicts as ``bench_audit.py`` last measured them."""
     data = _load("audit_timing.json")
@@ -381,7 +400,7 @@ TABLES = {"readme-audit": readme_audit, "audit-spread": audit_spread, "readme-ta
           "verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
           "gpu-speed": gpu_speed, "text-cases": text_cases, "text-heldout": text_heldout,
           "llm-dager": llm_dager, "llm-boundary": llm_boundary, "llm-flowertune": llm_flowertune,
-          "llm-membership": llm_membership}
+          "llm-membership": llm_membership, "llm-membership-dp": llm_membership_dp}
 
 
 def _unbacked_claims(path: Path, text: str) -> list[str]:

@@ -231,3 +231,29 @@ def test_preset_candidates_shrink_to_what_the_text_holds():
     given.extra["flowertune"] = {"candidates_by": "--membership"}
     with pytest.raises(FedleakError, match="--membership 400: the audited client's data source holds about 96"):
         outside_pool(given, "llama-tiny", 1, 8)
+
+
+@pytest.mark.slow  # ~25 CPU-s: three AdamW client updates of 10 steps and their ProjRes scores
+def test_membership_client_update_goes_through_flowers_dp_wrappers():
+    """The membership test's client update passes through the audit's defense. Flower's central DP noises the
+    aggregate after the server saw the clipped update: ProjRes scores exactly as without it (0.729 measured);
+    Flower's local DP at ε 1 (client noise) brings it to 0.540 (measured; benchmarks/results/membership_dp.json)."""
+    from fedleak.audit.execute.membership import measure
+    from fedleak.fl.update_filters import UpdateFilter
+
+    n = 40
+    spec, pool = data.load("text", num_clients=1, samples_per_client=2 * n + 8, seq_len=16, task="causal-lm", seed=0)
+    c = pool[0]
+    model = models.build("llama-tiny", spec, seed=0, lora=8, lora_dropout=0.075, lora_targets="peft")
+    victim, outside = ClientData(c.inputs[:n], c.labels[:n], "client"), ClientData(c.inputs[n:], c.labels[n:], "out")
+    protocol = Protocol("fedavg", 1, 4, 5e-5, optimizer="adamw")
+    auc = {}
+    for name, spec_text in (("none", None), ("central", "flower-central-dp:noise=10,clip=0.001,clients=10"),
+                            ("local", "flower-local-dp:clip=0.001,sensitivity=0.001,epsilon=1,delta=1e-5")):
+        entry = measure(model, victim, outside, protocol, count=2 * n, seed=0, spec=spec, statistics=("projres",),
+                        defense=UpdateFilter.parse(spec_text) if spec_text else None)
+        auc[name] = entry["auc"]
+        if spec_text:
+            assert entry["defense"]["kind"] == spec_text.split(":")[0]
+    assert auc["central"] == auc["none"] == pytest.approx(0.729, abs=1e-3)
+    assert auc["local"] == pytest.approx(0.540, abs=1e-3)

@@ -123,8 +123,9 @@ def _scored(name: str, scores: list, members: list, seconds: float, statistic: s
 
 def measure(model, client: ClientData, outside: Optional[ClientData], protocol, *, count: int, seed: int,
             docs: Optional[list] = None, spec=None, progress=None, audited: Optional[list] = None,
-            statistics=("projres", "joint-fit")) -> dict:
-    """The membership entry of metrics.json for one audited client under ``protocol``."""
+            statistics=("projres", "joint-fit"), defense=None) -> dict:
+    """The membership entry of metrics.json for one audited client under ``protocol`` and the audit's ``defense``
+    (a per-example defense or an update filter such as Flower's DP wrappers, applied by the client update)."""
     import time
 
     from ...attacks.text.membership import membership_scores
@@ -140,7 +141,7 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
         progress(f"membership: the client's update ({len(victim)} sequences, {protocol.num_steps(len(victim))} "
                  f"local steps, {protocol.optimizer})")
     start = time.perf_counter()
-    update = client_update(model, victim, protocol, seed=seed)
+    update = client_update(model, victim, protocol, seed=seed, defense=defense)
     client_seconds = time.perf_counter() - start
     step = max(1, ids.shape[0] // 8)
     truth = members.tolist()
@@ -178,7 +179,8 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
                             for k, v in results.items()},
                 "scores": head["scores"], "is_member": truth, "client_seconds": client_seconds,
                 "scoring_seconds": head["seconds"], "optimizer": protocol.optimizer,
-                "local_steps": protocol.num_steps(len(victim)), "sequences": len(victim), **extra})
+                "local_steps": protocol.num_steps(len(victim)), "sequences": len(victim),
+                "defense": update.metadata.get("defense"), **extra})
     return out
 
 
@@ -194,7 +196,11 @@ def sentence(entry: dict) -> str:
             f"{entry['tpr_at_1pct_fpr']:.0%} of the members at 1% false positives and {entry['tpr_at_0.1pct_fpr']:.0%} "
             f"at 0.1% (AUC {entry['auc']:.3f}{interval}; with {entry['non_members']} non-members the smallest "
             f"resolvable FPR is {entry['fpr_resolution']:.2%}, so a rate at a lower FPR is the rate with no false "
-            f"positive). Each attack: {others}. Scoring took {entry['scoring_seconds']:.0f} s after the client's "
+            f"positive). Each attack: {others}."
+            + (f" Defense on the client's update: {entry['defense'].get('kind', entry['defense'])}."
+               if isinstance(entry.get("defense"), dict) and entry["defense"].get("kind") not in (None, "none") else "")
+            + (f" Caution: {entry['secure_aggregation']}." if entry.get("secure_aggregation") else "")
+            + f" Scoring took {entry['scoring_seconds']:.0f} s after the client's "
             f"{entry['local_steps']}-step {entry.get('optimizer', 'sgd')} update ({entry['client_seconds']:.0f} s).")
 
 
@@ -272,8 +278,11 @@ def measure_point(cfg, model, spec, pool: list, outside: Optional[ClientData], p
     count = cfg.extra.get("membership_count") or cfg.membership or DEFAULT_CANDIDATES
     entry = measure(model, client, outside, scenario.protocol, count=count,
                     seed=cfg.seed, docs=cfg.extra.get("candidate_docs"), spec=spec, progress=progress,
-                    audited=pool)
+                    audited=pool, defense=plan.defense if plan.defense.active else None)
     entry["scenario"] = scenario.key
+    if plan.secagg > 1:  # the score reads one client's own update; the server sees the sum of K
+        entry["secure_aggregation"] = (f"measured on one client's own update; under secure aggregation of "
+                                       f"{plan.secagg} the server sees only their sum (not measured here)")
     entry["sentence"] = sentence(entry)
     return entry
 
