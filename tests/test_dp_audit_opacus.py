@@ -74,6 +74,7 @@ def test_faults_planted_in_opacus_are_proved(digits, fault, finding):
     assert any(finding in f for f in r["misconfiguration"]["findings"])
 
 
+@pytest.mark.slow  # two audits at q = 1/4 (the shuffled and the honest loader): 97–225 s wall at load 13 on 2 cores
 def test_shuffled_batches_accounted_as_poisson_are_found(digits):
     """Opacus's Poisson sampler replaced by a shuffling loader (the accountant still told Poisson, q = 1/4): the
     batch sizes that reach the optimizer are fixed (variance test p ≈ 1e-10 here); ε under both is reported."""

@@ -23,15 +23,16 @@ GAUSSIAN_SGD = ("Gaussian noise on clipped per-example gradients, every example 
                 "compose to exactly √T/σ-GDP (Dong, Roth, Su Cor. 3.3)")
 
 
-def llr_sampler(noise: float, q: float, steps: int, factor: float):
-    """Draws of the all-iterates LLR statistic Σ_t log(1 − q + q·exp(x_t/σ − 1/(2σ²))) of a seen canary clipped to C
-    when the noise in force is ``factor`` × the claimed σ (x_t in claimed σC units: b_t/σ + N(0, factor²))."""
+def llr_sampler(noise: float, q: float, steps: int, factor: float, seen: bool = True):
+    """Draws of the all-iterates LLR statistic Σ_t log(1 − q + q·exp(x_t/σ − 1/(2σ²))) of a canary clipped to C
+    when the noise in force is ``factor`` × the claimed σ (x_t in claimed σC units: b_t/σ + N(0, factor²), b_t the
+    step's Poisson coin for a ``seen`` canary, 0 for an unseen one)."""
     mu1 = 1.0 / noise
 
     def sample(n: int, rng: np.random.Generator) -> np.ndarray:
         out = np.zeros(n)
         for _ in range(steps):
-            x = (rng.random(n) < q) * mu1 + factor * rng.standard_normal(n)
+            x = seen * (rng.random(n) < q) * mu1 + factor * rng.standard_normal(n)
             out += np.logaddexp(math.log1p(-q), math.log(q) + mu1 * x - mu1 * mu1 / 2)
         return out
 
@@ -57,7 +58,7 @@ def sgd_verdict(*, scores: np.ndarray, mean_shift: np.ndarray, included: np.ndar
 
         def fault_test(f: float) -> float:
             seen = typical_scores(llr_sampler(noise, q, steps, f), n_in, draws=5_000)
-            unseen = typical_scores(_null_llr(noise, q, steps, f), n_out, draws=5_000)
+            unseen = typical_scores(llr_sampler(noise, q, steps, f, seen=False), n_out, draws=5_000)
             g = guess(np.r_[seen, unseen], inc, CLAIM_FRACTION, two_sided=True)
             return steinke_p_value(g.m, g.r, g.v, claimed, delta)
     hypothesis = check["claim_test"].get("hypothesis", "the claim")
@@ -67,20 +68,6 @@ def sgd_verdict(*, scores: np.ndarray, mean_shift: np.ndarray, included: np.ndar
                       z=z_test(mean_shift, included, q * math.sqrt(steps) / noise),
                       estimated_findings=[f for f in check["findings"] if f.startswith("Estimated")],
                       alpha=alpha, budget=budget, fault_test=fault_test)
-
-
-def _null_llr(noise: float, q: float, steps: int, factor: float):
-    """Draws of the LLR statistic of an unseen canary (x_t = N(0, factor²) in claimed σC units)."""
-    mu1 = 1.0 / noise
-
-    def sample(n: int, rng: np.random.Generator) -> np.ndarray:
-        out = np.zeros(n)
-        for _ in range(steps):
-            x = factor * rng.standard_normal(n)
-            out += np.logaddexp(math.log1p(-q), math.log(q) + mu1 * x - mu1 * mu1 / 2)
-        return out
-
-    return sample
 
 
 #: candidate guess fractions for a subsampled claim (q < 1), one picked before the run from the claim alone
@@ -96,7 +83,7 @@ def pre_registered_fraction(noise: float, q: float, steps: int, n_in: int, n_out
     if q >= 1 or n_in < 2 or n_out < 2:
         return 0.1
     seen = typical_scores(llr_sampler(noise, q, steps, 1.0), n_in, draws=10_000)
-    unseen = typical_scores(_null_llr(noise, q, steps, 1.0), n_out, draws=10_000)
+    unseen = typical_scores(llr_sampler(noise, q, steps, 1.0, seen=False), n_out, draws=10_000)
     inc = np.r_[np.ones(n_in, bool), np.zeros(n_out, bool)]
     scores = np.r_[seen, unseen]
     return max(FRACTIONS, key=lambda f: (steinke_lower_bound(guess(scores, inc, f), delta), f))
