@@ -13,6 +13,15 @@ from fedleak.models import build
 from fedleak.types import Protocol
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Records are tiny matrices: one thread is faster and does not spin a second core (the suite's default is 2)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def adult():
     spec, clients = load("adult", num_clients=2, samples_per_client=4, seed=1)
