@@ -41,3 +41,15 @@ def test_a_p_value_that_underflowed_reads_below_the_smallest_double():
     from fedleak.privacy.one_run import p_text
 
     assert p_text(0.0, "≤") == "< 1e-300" and p_text(3.2e-05) == "= 3.2e-05" and p_text(0.004, "≤") == "≤ 4.0e-03"
+
+
+def test_dp_audit_prints_its_plan_first(capsys, tmp_path):
+    """`fedleak dp-audit` says what it will run before the rounds (issue 46 item 5; about 10 s)."""
+    from fedleak.cli import main
+
+    assert main(["dp-audit", "--defense", "flower-central-dp:noise=1,clip=1,clients=3", "--rounds", "1",
+                 "--canaries", "6", "--no-plot", "--out", str(tmp_path / "dp")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("plan: 1 round(s) of DP-FedAvg (flower-central-dp:noise=1,clip=1), 3 client(s) and 6 "
+                               "canaries"), lines[:3]
+    assert lines[1].startswith("round 1/1:")

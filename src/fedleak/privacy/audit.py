@@ -293,6 +293,11 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     dim = sum(p.numel() for p in net.parameters())
     canary_set = Canaries(m, dim, seed, canary_scale, k)
     local = a.get("local")
+    if log:  # the plan before the work (issue 46): what runs, how much of it, then a line per round
+        mechanism = (f"flower-local-dp:clip={local.clip:g}" if local is not None else
+                     f"flower-central-dp:noise={setting.noise:g},clip={setting.clip:g}")
+        log(f"plan: {rounds} round(s) of DP-FedAvg ({mechanism}), {k} client(s) and {m} canaries, {model} "
+            f"({dim:,} parameters) on {data}{' with a planted fault' if faults.any else ''}; a line per round follows")
     fed = run_federation(net, client_data, protocol, setting, canary_set, fault=faults, seed=seed, log=log, local=local)
     analysis_start = time.perf_counter()
     mu_claimed = composed_mu(setting.noise, rounds)
