@@ -129,3 +129,12 @@ def test_unknown_category_at_test_time(tmp_path):
         other.encode(schema)
     assert schema.classes == ("<=50K", ">50K")  # sorted
     assert torch.equal(train.encode(schema)[1][:3], torch.tensor([1, 0, 0]))
+
+
+def test_the_data_registry_knows_the_tables():
+    import fedleak.data
+
+    spec, clients = fedleak.data.load("adult", num_clients=2, samples_per_client=3)
+    assert spec.modality == "tabular" and [c.inputs.shape for c in clients] == [(3, 105), (3, 105)]
+    assert fedleak.data.spec_for("german").shape == (1, 1, 63) and "adult" in fedleak.data.DATASETS
+    assert spec == type(spec).from_json(spec.to_json())  # the schema travels as JSON text
