@@ -182,6 +182,30 @@ def block_opacus(r: dict, planted: dict) -> str:
     return "\n".join(lines)
 
 
+RESULTS_VERSIONS = ROOT / "benchmarks" / "results" / "dp_audit_opacus_versions.json"
+BEGIN_VERSIONS, END_VERSIONS = ("<!-- BEGIN dp_audit_opacus_versions.json (benchmarks/dp_audit_doc.py) -->",
+                                "<!-- END dp_audit_opacus_versions.json -->")
+
+
+def block_versions(r: dict) -> str:
+    """The same user code under each opacus release (benchmarks/bench_dp_audit_opacus_versions.py)."""
+    m = r["meta"]
+    lines = [f"{m['model']} on {m['data']}, {m['canaries']} canary examples, {m['install']}; load average "
+             f"{m['load_average'][0]:.1f}.", "",
+             "| opacus | setting | verdict | accountant ε | proved ε ≥ | proved / accountant | estimated ε | "
+             "shift / claim | claim-test p | noise fault found from |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        if "error" in x:
+            lines.append(f"| {x.get('opacus', x.get('python'))} | {x.get('setting', '')} | error: {x['error'][:80]} "
+                         "| | | | | | | |")
+            continue
+        found = "—" if x["smallest_noise_fault"] is None else f"≤ {x['smallest_noise_fault']:.2f}× σ"
+        lines.append(f"| {x['opacus']} | {x['setting']} | {x['verdict']} | {x['epsilon_accountant']:.2f} | "
+                     f"{x['epsilon_lower']:.2f} | {x['ratio']:.2f}× | {_f(x['epsilon_estimate'])} | "
+                     f"{x['shift_over_claim']:.2f} | {x['claim_test_p']:.2g} | {found} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
@@ -194,6 +218,8 @@ def main() -> int:
     if RESULTS_OPACUS.exists() and RESULTS_PLANTED.exists() and BEGIN_OPACUS in new:
         new = _replace(new, BEGIN_OPACUS, END_OPACUS, block_opacus(json.loads(RESULTS_OPACUS.read_text()),
                                                                    json.loads(RESULTS_PLANTED.read_text())))
+    if RESULTS_VERSIONS.exists() and BEGIN_VERSIONS in new:
+        new = _replace(new, BEGIN_VERSIONS, END_VERSIONS, block_versions(json.loads(RESULTS_VERSIONS.read_text())))
     if args.check:
         return 0 if new == text else 1
     DOC.write_text(new)

@@ -28,7 +28,8 @@ def test_dager_is_added_and_proved_by_recomputing_the_update(clean):
     assert set(attacks) == {"tiger", "dager"}
     dager = attacks["dager"]
     check = dager["verification"]
-    assert dager["certain_targets"] == 1 and check["matches"] and check["relative_error"] < check["tolerance"] == 1e-3
+    assert dager["certain_targets"] == 1 and check["matches"] and check["relative_error"] < check["tolerance"] <= 1e-3
+    assert check["tolerance"] == max(100 * check["float_error"], 1e-12)  # derived from the float error (issue #42)
     assert "local_training" in check["method"] and len(check["labels"]) == 2  # the targets after the sequences
     tm = result["threat_models"]["honest-but-curious"]
     assert tm["evidence"] == "proved" and tm["required_exact"] == ["dager"]
