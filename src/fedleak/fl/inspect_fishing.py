@@ -15,7 +15,9 @@ transposed weight is read the other way round): ``row_ratio`` = largest / median
 = largest |bᵢ − median b| in units of the median row norm, ``feature_share`` = the largest share of one
 row's squared norm on one feature, and ``column_ratio`` = largest / median column norm. Each limit sits
 far beyond what honest models reach (the row-norm limit is max(8, 2C) for C classes, :func:`limits_for`); ``benchmarks/bench_inspect_fishing.py`` measures the honest
-values (false-positive rate) and the fishing ones (``benchmarks/results/inspect-fishing.json``).
+values (false-positive rate) and the fishing ones (``benchmarks/results/inspect-fishing.json``), and
+``benchmarks/bench_inspect_honest.py`` calibrates them on honest models of the architectures people federate
+(VGG-11, ResNet-18, MobileNetV2, ViT-tiny, MLPs in plain torch; ``benchmarks/results/inspect-honest.json``).
 """
 
 from __future__ import annotations
