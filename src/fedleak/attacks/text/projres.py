@@ -57,7 +57,7 @@ STATS_SAMPLE = 128
 _LORA_A = ".lora_A."
 
 
-def _linear_rows(name: str, delta: torch.Tensor, module: nn.Module) -> Optional[torch.Tensor]:
+def _linear_rows(delta: torch.Tensor, module: nn.Module) -> Optional[torch.Tensor]:
     """The update of one layer as (rows, input width): a LoRA A or nn.Linear weight as is, GPT-2's Conv1D
     (in × out) transposed; ``None`` for anything that is not a linear map of the module's input."""
     if delta.dim() != 2:
@@ -90,7 +90,7 @@ def layers(model: nn.Module, update: Update) -> dict:
         if module is None or isinstance(module, nn.Embedding) or "lm_head" in owner or "embed" in owner:
             continue
         if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
-            rows = _linear_rows(key, value.detach(), module)
+            rows = _linear_rows(value.detach(), module)
             if rows is not None:
                 out[owner] = (key, rows)
     return out
@@ -165,7 +165,9 @@ def projres_scores(model: nn.Module, update: Update, ids: torch.Tensor, *, centr
     # the metric (centre, whitening) from a seeded sample of the candidates (their inputs reused), then the rest
     order = torch.randperm(ids.shape[0], generator=torch.Generator().manual_seed(int(seed)))
     sample, rest = order[:STATS_SAMPLE], order[STATS_SAMPLE:]
-    seen = _inputs(model, update, names, ids[sample].to(device))
+    parts = [_inputs(model, update, names, ids[sample[i:i + CHUNK]].to(device)) for i in range(0, sample.numel(), CHUNK)]
+    seen = {n: torch.cat([part[n] for part in parts]) for n in names}  # the logits of one chunk at a time only
+    del parts
     metric = {}
     for n in names:
         flat = seen[n].double().cpu()[mask[sample]]
