@@ -108,14 +108,21 @@ def dp_verdict(canary: Optional[dict], mechanisms: list, notes: list) -> Optiona
                         f"wrapper's {sigma:.3g} (Flower sizes its noise for num_sampled_clients replies, not the "
                         f"real ones plus {canary.get('canaries_inserted')} inserted canaries): a weaker test than at "
                         f"{sigma:.3g}")
-        if test.get("rejected"):
+        assumption = f" (assumption: {canary['assumption']})" if canary.get("assumption") else ""
+        if test.get("rejected") and test.get("evidence") == "proved":
             return {"verdict": "violated", "short": f"claim violated at {m:,} canaries",
                     "evidence": f"proved: the canaries' one-run test rejects the claimed noise (p = {test['p_value']:.2g} "
-                                f"< {test['alpha']}); {bound}; {claimed}"}
+                                f"< {test['alpha']}; Gaussian by construction: {test.get('gaussian')}); {bound}"
+                                f"{assumption}; {claimed}"}
+        if test.get("rejected"):
+            return {"verdict": "not in force", "short": f"claim not in force (estimated) at {m:,} canaries",
+                    "evidence": f"estimated: the canaries' μ-GDP test rejects the claimed noise (p = "
+                                f"{test['p_value']:.2g} < {test['alpha']}), but the aggregator is not Gaussian by "
+                                f"construction, so this is not a proof; {bound}{assumption}; {claimed}"}
         if test:
             return {"verdict": "consistent", "short": f"claim holds at {m:,} canaries",
                     "evidence": f"consistent at this budget, not proved: the one-run test does not reject the "
-                                f"claimed noise (p = {test['p_value']:.2g}, {m:,} canaries); {bound}, beside {claimed}; "
+                                f"claimed noise (p = {test['p_value']:.2g}, {m:,} canaries); {bound}{assumption}, beside {claimed}; "
                                 f"a fault smaller than {m:,} canaries can detect is not excluded"}
         return {"verdict": "consistent", "short": f"{bound} at {m:,} canaries",
                 "evidence": f"{bound} beside {claimed}; the strategy reports no σ to test the claim against"}
