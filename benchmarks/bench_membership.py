@@ -103,13 +103,16 @@ def main() -> None:
         others = ids[held + k * extra: held + (k + 1) * extra]
         cands = torch.cat([victim.inputs, others])
         members = [True] * per + [False] * extra
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         update = client_update(model, victim, protocol, seed=args.seed * 100 + k)
         client_s = time.perf_counter() - t
-        row = {"client": k, "client_update_seconds": client_s, "candidates": int(cands.shape[0])}
+        row = {"client": k, "client_update_seconds": client_s, "client_update_cpu_seconds": time.process_time() - cpu,
+               "candidates": int(cands.shape[0])}
         for name, kwargs in (("projres", {}), ("projres-unwhitened", {"whiten": False}))[:2 if args.unwhitened else 1]:
+            cpu = time.process_time()
             got = projres_scores(model, update, cands, **kwargs)
-            row[name] = summary(got["scores"], members, got["seconds"]) | {"subspace": got["subspace"]}
+            row[name] = summary(got["scores"], members, got["seconds"]) | {"subspace": got["subspace"],
+                                                                           "cpu_seconds": time.process_time() - cpu}
             pooled.setdefault(name, ([], []))[0].extend(got["scores"])
             pooled[name][1].extend(members)
         if not args.no_joint:

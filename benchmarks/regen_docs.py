@@ -288,7 +288,7 @@ def llm_membership() -> str:
     """ProjRes beside the joint fit at FlowerTune's client with AdamW (``bench_membership.py``): one row per results
     file ``membership_seed*.json`` / ``membership_heldout*.json``, every statistic pooled over the file's clients."""
     rows = ["| shape | optimizer | corpus | seed | members / non-members | statistic | AUC (95 % CI, DeLong) | "
-            "TPR at 1 % FPR | TPR at 0.1 % FPR | scoring CPU s | client's update CPU s | load average | file |",
+            "TPR at 1 % FPR | TPR at 0.1 % FPR | scoring wall s | client's update wall s | load average | file |",
             "|---|---|---|--:|---|---|---|--:|--:|--:|--:|--:|---|"]
     files = sorted(RESULTS.glob("membership_seed*.json")) + sorted(RESULTS.glob("membership_heldout*.json"))
     for path in files:
@@ -304,7 +304,9 @@ def llm_membership() -> str:
     if not files:
         return "No `bench_membership.py` results file yet: nothing measured at this shape with AdamW.\n"
     split = json.loads(files[0].read_text())["split"]
-    return "\n".join(rows) + f"\n\nNon-members: {split}.\n"
+    return "\n".join(rows) + (f"\n\nNon-members: {split}. Seconds are wall time of one thread under `nice -n 19` at the "
+                              "load average shown (a shared 2-core machine): the scoring and the client's update ran "
+                              "under the same load, so their ratio is the cost comparison, not their values.\n")
 
 
 def llm_membership_dp() -> str:
