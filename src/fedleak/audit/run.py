@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from .. import data
@@ -136,8 +138,11 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
     """The audit once its configuration is valid and ``out`` is locked: data, model, attacks, outputs."""
     from ..modality import of as modality_of
 
+    started = time.perf_counter()
     modality = modality_of(cfg.data)  # a modality written as one value (tables) walks its own stages
     if modality is not None:
+        if cfg.budget is not None:
+            raise FedleakError(f"budget: not supported for {cfg.data!r} audits (their attacks have fixed budgets)")
         return modality.audit(cfg, out, log, progress, sweep, values, plans, device)
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
@@ -192,6 +197,15 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         n_params = sum(p.numel() for p in model.parameters())
         if show is not None:
             show({"stage": f"fedleak audit: {spec.name} data, {model_name} ({n_params:,} parameters), device {device}"})
+        time_budget = None
+        if cfg.budget is not None:  # --budget: time each optimization attack, scale them to fit (plan/time_budget.py)
+            from .execute.calibration import fit
+            from .plan.time_budget import parse_budget
+
+            fitted, time_budget = fit(auditor, plans, parse_budget(cfg.budget), started)
+            auditor.context = context = replace(context, budget=fitted)
+            show({"stage": time_budget["line"]}) if show is not None else log(time_budget["line"])
+        if show is not None:
             runs = attack_runs(cfg, plans, model)
             show({"stage": f"plan: {runs} attack run(s) ({len(plans)} setting(s) x {cfg.clients} client(s) or "
                   f"aggregate(s)){' with --quick attacks (shortened budgets)' if cfg.quick else ''}; a time estimate "
@@ -237,6 +251,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         result.update({"headline": head, "verdicts": points[head]["verdicts"],
                        "threat_models": points[head]["threat_models"], "scenarios": points[head]["scenarios"],
                        "epsilon": points[head]["epsilon"], "environment": environment(device)})
+        if time_budget is not None:
+            result["time_budget"] = time_budget
         if is_text:
             result.update(text_membership.result_entries(cfg, points))
         result["what_to_change"] = report.what_to_change(result)
@@ -320,7 +336,7 @@ def _log_summary(log, result: dict, out: Path) -> None:
             log(f"\n{result['sweep']['label']} = {point['value']:g}")
         log("\n" + report.printed_table(point))
         for name, tm in point["threat_models"].items():
-            log(report.verdict_sentence(name, tm, quick=bool(result.get("quick"))))
+            log(report.verdict_sentence(name, tm, quick=report.shortened(result)))
             if tm.get("evidence"):
                 log(f"  Evidence — {tm.get('evidence_text') or evidence_sentence(tm)}.")
         if "malicious" in point["scenarios"]:

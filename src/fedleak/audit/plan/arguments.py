@@ -14,7 +14,7 @@ from .config import KNOBS, AuditConfig
 _KEYS = ("model", "weights", "model_seed", "data", "data_root", "samples", "clients", "algorithm", "epochs",
          "batch_size", "lr", "static_batches", "rounds", "sample_rate", "delta", "sweep", "bins", "iterations",
          "quick", "seed", "device", "seq_len", "lora", "lora_warmup", "text_field", "label_field", "tune",
-         "tune_clients", "dropout", "lora_dropout", "flowertune", "membership", "candidates", "optimizer")
+         "tune_clients", "budget", "dropout", "lora_dropout", "flowertune", "membership", "candidates", "optimizer")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,6 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bins", type=int, help="imprint bins of the malicious server (default 64)")
     g.add_argument("--iterations", type=int, help="optimization steps of every attack (default: per attack)")
     g.add_argument("--quick", action="store_true", default=None, help="short attack budgets (under a minute)")
+    g.add_argument("--budget", metavar="TIME", help="wall-clock budget (90s, 5m, 1h, 1h30m): optimization attacks are "
+                   "shortened by one factor to fit (exact attacks never), said in the plan and the verdict")
     g.add_argument("--tune", type=int, metavar="TRIALS",
                    help="tune every optimization attack with TRIALS Optuna trials on surrogate clients simulated "
                         "from a disjoint split of the data (never the audited clients); default 0 (off)")
@@ -113,9 +115,11 @@ def config_from_args(args) -> AuditConfig:
     from ...config.boundary import settings_model, validate
     from ...errors import FedleakError
     from .config import Sweep, parse_defenses
+    from .time_budget import parse_budget
 
     validate(settings_model(AuditConfig), given, style="flag")  # errors name the flag (--batch-size)
-    for flag, key, check in (("--defense", "defense", parse_defenses), ("--sweep", "sweep", Sweep.parse)):
+    for flag, key, check in (("--defense", "defense", parse_defenses), ("--sweep", "sweep", Sweep.parse),
+                              ("--budget", "budget", parse_budget)):
         if key in given:
             try:
                 check(given[key])

@@ -155,6 +155,7 @@ class AuditConfig:
     bins: int = DEFAULT_BINS
     iterations: Optional[int] = None
     quick: bool = False
+    budget: Optional[str] = None  # wall-clock budget "90s", "5m", "1h30m" (audit/plan/time_budget.py)
     seed: int = 0
     device: str = "cpu"
     # text audits (--data text): sequence length, LoRA rank and warm-up steps, .jsonl field names
@@ -203,6 +204,11 @@ class AuditConfig:
         for spec in self.defense:
             if not spec.strip():
                 raise FedleakError("defense has an empty spec; give e.g. gaussian:0.01 (or none)")
+        from .time_budget import parse_budget
+
+        parse_budget(self.budget)
+        if self.budget is not None and self.iterations is not None:
+            raise FedleakError("budget and iterations both set the attacks' iterations; give one of them")
         sweep = Sweep.parse(self.sweep)  # specs are checked when the config is made, not when the run reaches them
         parse_defenses(self.defense)
         from .combinations import check_combinations
@@ -253,6 +259,8 @@ class AuditConfig:
         out.pop("extra")
         if out["optimizer"] is None:  # the default stays out: earlier audits' config hashes are unchanged
             del out["optimizer"]
+        if out["budget"] is None:  # likewise
+            del out["budget"]
         out["defense"] = list(self.defense)
         out["attacks"] = list(self.attacks) if self.attacks else None
         sweep = Sweep.parse(self.sweep)

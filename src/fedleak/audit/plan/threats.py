@@ -94,6 +94,7 @@ class AttackBudget:
     quick: bool = False
     iterations: Optional[int] = None
     seed: int = 0
+    scaled: tuple = ()  # (attack, iterations) pairs a time budget set (audit/plan/time_budget.py)
 
     @classmethod
     def of(cls, config) -> "AttackBudget":
@@ -101,8 +102,13 @@ class AttackBudget:
         return cls(bool(config.quick), config.iterations, config.seed)
 
     def choose(self, name: str) -> AttackChoice:
-        """:func:`choose` at this budget."""
-        return choose(name, quick=self.quick, iterations=self.iterations, seed=self.seed)
+        """:func:`choose` at this budget (an attack a time budget shortened at its shortened iterations)."""
+        choice = choose(name, quick=self.quick, iterations=self.iterations, seed=self.seed)
+        shortened = dict(self.scaled).get(name)
+        if shortened is None:
+            return choice
+        key = "steps" if name in TEXT_BUDGETS and "steps" in choice.options else "iterations"
+        return dataclasses.replace(choice, options={**choice.options, key: shortened})
 
 
 def honest_attacks(algorithm: str, budget: AttackBudget, *, override=None, text: bool = False) -> list[AttackChoice]:

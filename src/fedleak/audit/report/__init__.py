@@ -5,9 +5,9 @@ shows (sequences token by token, ROUGE plots); :mod:`.figures` draws the plots.
 """
 
 from .page import (COLUMNS, QUICK_CAVEAT, THREAT_TITLES, epsilon_text, imprint_sentence, make_plots, printed_table,
-                   rows, save_plots, state_malicious, verdict_colour, verdict_label, verdict_sentence, what_to_change,
-                   write_report)
+                   rows, save_plots, shortened, state_malicious, verdict_colour, verdict_label, verdict_sentence,
+                   what_to_change, write_report)
 
 __all__ = ["COLUMNS", "QUICK_CAVEAT", "THREAT_TITLES", "epsilon_text", "imprint_sentence", "make_plots",
-           "printed_table", "rows", "save_plots", "state_malicious", "verdict_colour", "verdict_label",
+           "printed_table", "rows", "save_plots", "shortened", "state_malicious", "verdict_colour", "verdict_label",
            "verdict_sentence", "what_to_change", "write_report"]

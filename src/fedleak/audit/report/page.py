@@ -50,8 +50,13 @@ def printed_table(point: dict) -> str:
 
 
 #: said wherever a verdict of a --quick audit is shown: its attacks ran with shortened budgets
-QUICK_CAVEAT = ("The attacks ran with shortened budgets (--quick): they show a lower bound of the leakage; "
-                "rerun without --quick before relying on a low or medium verdict.")
+QUICK_CAVEAT = ("The attacks ran with shortened budgets (--quick or --budget): they show a lower bound of the "
+                "leakage; rerun without them before relying on a low or medium verdict.")
+
+
+def shortened(result: dict) -> bool:
+    """Whether the attacks ran shortened: ``--quick``, or a ``--budget`` that cut them (``time_budget``)."""
+    return bool(result.get("quick") or (result.get("time_budget") or {}).get("shortened"))
 
 
 def verdict_label(verdict: str, quick: bool = False) -> str:
@@ -161,7 +166,7 @@ def what_to_change(result: dict) -> list[str]:
         eps = epsilon_text(p)
         if eps and p["threat_models"][HONEST]["verdict"] == "low":
             lines.append(f"At {knob} = {p['value']:g} the clients' DP guarantee is {eps}.")
-    if result.get("quick") and (all_low or honest_low):
+    if shortened(result) and (all_low or honest_low):
         lines.append(QUICK_CAVEAT)
     return lines
 
@@ -228,7 +233,7 @@ def _sweep_verdict_table(result: dict) -> str:
         no_dp = "∞ (no DP)" if result["sweep"]["knob"] == "defense" else "—"
         mark = " (configured)" if p["value"] == result["sweep"].get("configured") else ""
         cells = [f"<td>{p['value']:g}{mark}</td>", f"<td>{max(eps):.2f}</td>" if eps else f"<td>{no_dp}</td>"]
-        quick = bool(result.get("quick"))
+        quick = shortened(result)
         for tm in p["threat_models"].values():
             colour = verdict_colour(tm["verdict"], quick)
             text = tm["verdict"] + (" (shortened attacks)" if quick and tm["verdict"] in ("low", "medium") else "")
@@ -278,7 +283,7 @@ def _setup_text(result: dict) -> str:
                      + f" Differences: {preset['differences']}."
                      + (f" Gradient accumulation: {preset['gradient_accumulation']}."
                         if preset.get("gradient_accumulation") else ""))
-    if result.get("quick"):
+    if shortened(result):
         lines.append(QUICK_CAVEAT)
     if sweep and any(p.get("epsilon") for p in result["points"]):
         lines.append(f"Differential privacy (Opacus accountants, {c['rounds']} round(s)): ε per sweep value in the "
@@ -296,7 +301,7 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     title = "fedleak audit: what a server can reconstruct from your clients' updates"
     parts = []
     head = result["points"][result.get("headline", 0)]
-    verdict_html = _verdict_boxes(head, bool(result.get("quick")))
+    verdict_html = _verdict_boxes(head, shortened(result))
     if result.get("sweep"):  # the headline is the configured deployment; the sweep is the curve beside it
         verdict_html = (f'<p>The configured deployment ({html.escape(result["sweep"]["label"])} = '
                         f'{head["value"]:g}):</p>' + verdict_html.replace('id="verdicts"', 'id="verdicts-configured"')
