@@ -72,6 +72,7 @@ def test_a_tiny_budget_shortens_the_audit_and_says_so(tmp_path, capsys):
     result = json.loads((out / "metrics.json").read_text())
     budget = result["time_budget"]
     assert budget["shortened"] and budget["seconds"] == 2 and budget["line"] in printed
+    assert budget["seconds_until_report"] >= budget["seconds_before_attacks"] > 0  # what it took, beside the plan
     ig = budget["attacks"]["fedsgd: inverting-gradients"]
     assert ig["from"] == 1500 and ig["to"] == FLOOR and ig["seconds_per_iteration"] > 0
     ran = result["scenarios"]["fedsgd"]["attacks"]["inverting-gradients"]
