@@ -208,7 +208,7 @@ class AuditConfig:
 
         parse_budget(self.budget)
         if self.budget is not None and self.iterations is not None:
-            raise FedleakError("budget and iterations both set the attacks' iterations; give one of them")
+            raise FedleakError("budget and iterations (--budget, --iterations) both set the attacks' iterations; give one")
         sweep = Sweep.parse(self.sweep)  # specs are checked when the config is made, not when the run reaches them
         parse_defenses(self.defense)
         from .combinations import check_combinations
