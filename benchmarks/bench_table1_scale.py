@@ -9,7 +9,7 @@ Two runs of the real command (``python -m fedleak.cli run --preset dimitrov-tabl
 * ``quick`` — the README's ``--quick`` command (10 clients, 3 variants, E10-m5: 30 jobs): started, its own
   ``estimate: ~…`` line read (the rate measured over job 1's first iterations), then stopped with SIGINT.
 
-Writes ``benchmarks/results/table1_scale.json`` (``--out``) with the load average, CPU count and threads;
+Writes a new ``benchmarks/results/table1_scale-<host>-<time>.json`` (``--out``; the committed ``table1_scale.json`` is one such run) with the load average, CPU count and threads;
 ``benchmarks/regen_docs.py`` puts the numbers in the README.
 """
 
@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _results import fresh  # noqa: E402
 PRESET = ["-m", "fedleak.cli", "--threads", "1", "run", "--preset", "dimitrov-table1-femnist", "--settings", "E10-m5",
           "--quick"]
 SCALES = {"smoke": ["--clients", "1", "--variants", "ours-prior"],
@@ -71,7 +73,7 @@ def run(scale: str, data_root: str, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", required=True)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "table1_scale.json"))
+    parser.add_argument("--out", default=fresh("table1_scale.json"))
     args = parser.parse_args()
     import torch
 

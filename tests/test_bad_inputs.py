@@ -518,13 +518,21 @@ def test_no_unrestricted_unpickling_in_the_sources():
 
 # -- the CLI boundary itself: internal errors, interrupts, pipes, the real exit code -------------
 
+class _Raising(dict):
+    """A listing whose reading raises ``error`` (the listings are static text: the fault is planted there)."""
+
+    def __init__(self, error):
+        super().__init__()
+        self.error = error
+
+    def __iter__(self):
+        raise self.error
+
+
 def test_internal_error_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
-    import fedleak.config
+    import fedleak.listing_data
 
-    def broken():
-        raise RuntimeError("boom\nsecond line")
-
-    monkeypatch.setattr(fedleak.config, "presets", broken)
+    monkeypatch.setattr(fedleak.listing_data, "PRESETS", _Raising(RuntimeError("boom\nsecond line")))
     assert main(["presets"]) == 1
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
@@ -535,20 +543,14 @@ def test_internal_error_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
 
 
 def test_disk_errors_and_ctrl_c_are_one_line(capsys, monkeypatch):
-    import fedleak.config
+    import fedleak.listing_data
 
-    def full():
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(fedleak.config, "presets", full)
+    monkeypatch.setattr(fedleak.listing_data, "PRESETS", _Raising(OSError(28, "No space left on device")))
     assert main(["presets"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left" in err[0]
 
-    def interrupted():
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(fedleak.config, "presets", interrupted)
+    monkeypatch.setattr(fedleak.listing_data, "PRESETS", _Raising(KeyboardInterrupt()))
     assert main(["presets"]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["fedleak: interrupted by SIGINT; run the same command again to start over"]

@@ -19,6 +19,7 @@ on disk); 141 when the reader of stdout went away (``fedleak presets | head -3``
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -66,16 +67,6 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     return parser
 
 
-def _listing(args) -> int:
-    try:
-        code = args.func(args)
-        sys.stdout.flush()  # a closed pipe shows up here
-        return code
-    except BrokenPipeError:
-        silence_stdout()
-        return 141
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one ``fedleak`` command; returns the exit code (see the module docstring)."""
     parser = build_parser(sys.argv[1:] if argv is None else [str(a) for a in argv])
@@ -87,18 +78,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    if args.command in LISTINGS:  # static text: no torch, no --out, no threads
-        return _listing(args)
-    import torch
-
-    threads_before = torch.get_num_threads()
-    previous_sigterm = install_sigterm()
+    listing = args.command in LISTINGS  # static text: no torch, no --out, no threads; the same error boundary
+    torch = None if listing else importlib.import_module("torch")
+    threads_before = torch.get_num_threads() if torch else None
+    previous_sigterm = None if listing else install_sigterm()
     cache_variables: dict = {}
     try:
-        if getattr(args, "out", None) is not None:
+        if not listing and getattr(args, "out", None) is not None:
             prepare_out_dir(args.out)
             cache_variables = contain_caches(args.out)  # matplotlib's font cache, torch's compile cache: in --out
-        set_threads(args)
+        if not listing:
+            set_threads(args)
         if args.command in ("simulate", "attack"):  # run and audit lock their --out themselves
             from .runs.lock import OutLock
 
@@ -144,7 +134,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
-        torch.set_num_threads(threads_before)
+        if torch is not None:
+            torch.set_num_threads(threads_before)
         for variable in cache_variables:  # main() called in-process (tests, notebooks): leave the env as found
             os.environ.pop(variable, None)
 
