@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +37,9 @@ from fedleak.metrics.tabular import evaluate
 from fedleak.models import build
 from fedleak.types import Protocol
 
-OUT = Path(__file__).resolve().parent / "results" / "tabular.json"
+OUT = Path(__file__).resolve().parent / "results" / "tabular.json"  # the run the docs quote
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import fresh  # noqa: E402
 
 #: name -> (dataset, algorithm, records B, attack, options)
 JOBS = {
@@ -173,11 +176,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=1, help="batches (clients) per job")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model-seed", type=int, default=0)
-    parser.add_argument("--out", default=str(OUT))
-    parser.add_argument("--doc", action="store_true", help="only regenerate docs/tabular.md's table")
+    parser.add_argument("--out", default=fresh("tabular.json"),
+                        help="results file (default: a new one; pass an existing file to resume it)")
+    parser.add_argument("--doc", action="store_true", help="only regenerate docs/tabular.md's table from --results")
+    parser.add_argument("--results", default=str(OUT), help="with --doc: the results file the docs quote")
     args = parser.parse_args()
     if args.doc:
-        write_doc(json.loads(Path(args.out).read_text())["rows"])
+        write_doc(json.loads(Path(args.results).read_text())["rows"])
         return
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out = Path(args.out)
