@@ -301,11 +301,15 @@ def tables(args) -> int:
                   f"{entry.note}; target {entry.clients} clients of N = {target_n(entry)} images; {len(paper)} of "
                   f"{total} jobs done on the paper's clients.", ""]
         lines += _table(spec, paper, settings, variants, entry.clients)
+        clients = {r.get("client") for r in paper}
+        if 0 < len(clients) < 3:
+            lines += [f"Only {len(clients)} of the paper's clients done: no spread yet, so no difference from the "
+                      "paper's figure is read as real (or given a cause) before at least 3 clients per cell.", ""]
         if other:
             lines += [f"Jobs on other clients (fewer than N = {target_n(entry)} images; not the paper's setting, not "
                       "averaged above):", ""]
             lines += _table(spec, other, settings, variants, None)
-    lines.insert(12, f"**{done_all} of {total_all} planned jobs are done on the paper's clients.**\n")
+    lines.insert(12, f"\n**{done_all} of {total_all} planned jobs are done on the paper's clients.**\n")
     DOC.write_text("\n".join(lines))
     print(f"{DOC.relative_to(ROOT)}: {done_all} of {total_all} jobs")
     return 0
