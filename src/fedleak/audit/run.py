@@ -178,7 +178,11 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             text_models[plan.lora] = built.to(device)
         return text_models[plan.lora]
 
-    if is_text:
+    show = reporter(progress)
+    if is_text:  # a pretrained model loads for minutes (SmolLM2's GGUF): say so before, not after
+        if show is not None:
+            show({"stage": f"fedleak audit: loading {model_name} for {spec.name} data (a GGUF file is converted "
+                           "on its first load)"})
         model = model_for(plans[0])
         text_membership.check_candidates(cfg, model, spec)  # --candidates against the model, before any attack
         if cfg.malicious:  # the imprint's placement (the token embedding) is checked before any attack runs
@@ -189,7 +193,6 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         malicious.check(cfg, spec, plans)
         model = model.to(device)
 
-    show = reporter(progress)
     try:
         public = surrogate_clients(cfg, pool, max_samples, model_name if is_text else None) if cfg.tune else ()
         context = RunContext(cfg, spec, device, show, tuple(public), budget=threats.AttackBudget.of(cfg))
