@@ -18,7 +18,12 @@ the structures those attacks need:
   with a fixed share of negative entries. Honest weights have independent signs, so the share of
   negative entries per row varies like a binomial proportion; trap rows vary far less. Test: the
   lower tail of the χ² statistic (k−1)·s²/(p̂(1−p̂)/m) of the per-row shares with k−1 degrees of
-  freedom; confidence = 1 − p.
+  freedom; confidence = 1 − p. A model holds dozens of layers, each tested in both orientations, so the test
+  is made at a family-wise level (:data:`TRAP_FAMILY_ALPHA`, Bonferroni over every test made in the model):
+  at a per-layer 1e-3, 2 of 81 honest models of ``benchmarks/bench_inspect_honest.py`` were flagged (one an MLP
+  at initialization whose (16, 64) layer has p = 1.2e-4, which a Monte Carlo of independent signs puts at 5e-5:
+  a chance event, the χ² tail is calibrated). The level is 1e-4, chosen after that calibration: a client's
+  inspector refusing an honest server is costly, and trap rows give p below 1e-300, so no trap model is missed.
 * ``fishing`` (Wen et al. 2022, :mod:`.inspect_fishing`): a classifier whose rows or biases single out
   one class, or whose rows rest on one feature, far beyond what trained or initialized classifiers show.
 * ``linearized-convolution`` (Fowl et al. App. A.5): a convolution whose kernel is all zeros or
@@ -53,6 +58,7 @@ ALIGNED_SHARE = 0.9
 MIN_INPUTS = 8
 #: fewest rows and inputs for the sign-share test
 MIN_TRAP_ROWS, MIN_TRAP_INPUTS = 8, 32
+TRAP_FAMILY_ALPHA = 1e-4  # the chance that an honest model is flagged by any of its trap-weight tests
 #: confidence at or above which a finding makes the model suspicious
 DEFAULT_THRESHOLD = 0.5
 #: supporting evidence only, below the default threshold: honest inits can zero a layer (Fixup) or
@@ -147,8 +153,9 @@ def _chi2_lower_tail(statistic: float, dof: int) -> float:
     return float(torch.special.gammainc(torch.tensor(dof / 2, dtype=torch.float64), x))
 
 
-def trap_weights(name: str, weight: torch.Tensor) -> Optional[Finding]:
-    """The sign-share test on one (k, m) weight (see the module docstring)."""
+def trap_weights(name: str, weight: torch.Tensor, alpha: float = TRAP_FAMILY_ALPHA) -> Optional[Finding]:
+    """The sign-share test on one (k, m) weight at level ``alpha`` (the family-wise level divided by the number of
+    tests the model takes: see the module docstring)."""
     w = weight.detach().double()
     k, m = w.shape
     if k < MIN_TRAP_ROWS or m < MIN_TRAP_INPUTS:
@@ -162,7 +169,7 @@ def trap_weights(name: str, weight: torch.Tensor) -> Optional[Finding]:
     statistic = (k - 1) * observed / expected
     p_value = _chi2_lower_tail(statistic, k - 1)
     confidence = 1.0 - p_value
-    if p_value > 1e-3:
+    if p_value > alpha:
         return None
     detail = (f"the share of negative weights per row is too regular for random or trained weights "
               f"(mean {p:.3f}, variance {observed:.2e} vs {expected:.2e} for independent signs, p = {p_value:.1e})")
@@ -201,6 +208,8 @@ def inspect_state(state: Mapping[str, torch.Tensor], threshold: float = DEFAULT_
         raise FedleakError(f"the inspection threshold must be in (0, 1], got {threshold!r}")
     findings, checked = [], 0
     entries = list(state.items())
+    tests = 2 * sum(1 for _, t in entries if isinstance(t, torch.Tensor) and t.dim() == 2)  # both orientations
+    alpha = TRAP_FAMILY_ALPHA / max(tests, 1)
     for index, (name, tensor) in enumerate(entries):
         if not isinstance(tensor, torch.Tensor):
             raise FedleakError(f"entry {name!r} is a {type(tensor).__name__}, not a tensor")
@@ -212,7 +221,7 @@ def inspect_state(state: Mapping[str, torch.Tensor], threshold: float = DEFAULT_
             checked += 1
             following = entries[index + 1][1] if index + 1 < len(entries) else None
             found = _imprint_any_orientation(name, tensor, state, following)
-            found = found or trap_weights(name, tensor) or trap_weights(name, tensor.T)
+            found = found or trap_weights(name, tensor, alpha) or trap_weights(name, tensor.T, alpha)
         elif tensor.dim() == 4:
             checked += 1
             found = linearized_convolution(name, tensor)
