@@ -89,14 +89,16 @@ class TabularModality(Modality):
                   "rule": self.rule, "recovered_item": self.recovered_item,
                   "sweep": {"knob": sweep.knob, "values": list(values)} if sweep else None, "points": points,
                   "verdicts": verdicts, "environment": env,
-                  "overall": {"verdict": worst, "line": next(
+                  "overall": {"verdict": worst, "strongest": next(
                       s["sentence"] for s in points[0]["scenarios"].values() if s["verdict"]["verdict"] == worst)},
                   "not_run": [] if cfg.malicious else ["malicious (--no-malicious)"]}
+        result["overall"].update(_overall_line(points[0], plans[0], cfg.malicious))
         result["config_hash"] = config_hash(result["config"])
         _write(out, result, tables)
         for point in points:
             for scenario in point["scenarios"].values():
                 log(scenario["sentence"])
+        log(f"Overall: {result['overall']['line']}")
         log(f"report: {Path(out) / 'report.html'}  metrics: {Path(out) / 'metrics.json'}")
         return result
 
@@ -172,3 +174,28 @@ def _finite(value):
 
 
 TABULAR = TabularModality()
+
+
+def _overall_line(point: dict, plan, malicious: bool) -> dict:
+    """The audit's one overall line (:func:`fedleak.audit.judge.overall.overall`, as for images and text): each
+    threat model's worst scenario with its sentence as evidence; the DP part names a configured defense that no
+    canary audit checked instead of saying none is configured."""
+    from ...audit.judge.overall import overall
+
+    order = ("not run", "inconclusive", "medium", "high")
+    threat_models = {}
+    for name, is_malicious in (("honest-but-curious", False), ("malicious", True)):
+        scenarios = [s for k, s in point["scenarios"].items() if k.startswith("malicious-") == is_malicious]
+        if not scenarios:
+            reason = "--no-malicious" if is_malicious and not malicious else "no scenario of this threat model"
+            threat_models[name] = {"verdict": "not run", "not_run_reason": reason}
+            continue
+        worst = max(scenarios, key=lambda s: order.index(s["verdict"]["verdict"]))
+        threat_models[name] = {"verdict": worst["verdict"]["verdict"], "evidence_text": worst["sentence"]}
+    line = overall({"threat_models": threat_models})
+    if plan.defense.active:  # a defense ran, but no canary audit decided whether its DP claim holds
+        line["parts"][-1] = {"name": "DP", "level": f"{plan.defense.to_text()} (not audited)",
+                             "evidence": "the configured defense ran in the client update; no canary audit checked "
+                                         "its claim (fedleak dp-audit does)"}
+        line["line"] = " · ".join(f"{p['name']}: {p['level']}" for p in line["parts"])
+    return line

@@ -50,7 +50,9 @@ def page(result: dict, tables: list[str]) -> str:
     parts = [f"<!doctype html><meta charset=utf-8><title>fedleak audit: {html.escape(result['data'])}</title>"
              f"<style>{CSS}</style><h1>fedleak audit — {html.escape(result['data'])} records, "
              f"{html.escape(result['model'])}</h1>",
-             f"<p><b>Overall:</b> {html.escape(result['overall']['line'])}</p>",
+             f"<p><b>Overall:</b> {html.escape(result['overall']['line'])}</p>"
+             + "<ul>" + "".join(f"<li><b>{html.escape(p['name'])}: {html.escape(p['level'])}</b> — "
+                               f"{html.escape(p['evidence'])}</li>" for p in result["overall"]["parts"]) + "</ul>",
              f"<p><small>Verdict rule: {html.escape(RULE)}</small></p>"]
     for point, table in zip(result["points"], tables):
         if result.get("sweep"):
