@@ -2,8 +2,10 @@
 
 Setting of TabLeak's reference (research notes §2): the untrained d-100-100-2 MLP (``tabular-mlp``, PyTorch's
 default init, ``--model-seed``), batches of B records drawn from the training split (client ``k`` of an IID
-split, seed ``--seed``), known labels, FedSGD at B = 8, 32, 128; FedAvg with 32 records, local batch 32, lr
-0.01, one local epoch (the reference's FedAvg grid's first cell). Attacks: ``tableak`` (30 restarts FedSGD /
+split, seed ``--seed``; ``--batches`` clients per job, mean ± sd in the docs), known labels, FedSGD at B = 8, 32,
+128 on Adult and German; FedAvg as the reference runs it (``run_fed_avg_attacks.py``): 32 records, lr 0.01, no
+shuffle, E local epochs of local batch m — cells (E 1, m 32) on both datasets, (E 1, m 8) and (E 5, m 32) on
+Adult, λ = 0.01 fixed (the reference picks λ per cell by an oracle). Attacks: ``tableak`` (30 restarts FedSGD /
 15 FedAvg, 1500 iterations: the reference's budget, restarts batched into one tensor), ``tableak-no-pooling``
 (one restart) and ``inverting-gradients-tabular`` (one restart, no prior) at B = 32; every row has the random
 and prior (marginal) baselines beside it (:mod:`fedleak.metrics.tabular`), the whole-record exact-match rate,
@@ -14,7 +16,7 @@ B = 32.
 Every job is one line of ``benchmarks/results/tabular.json`` (rewritten after each job; jobs already there are
 skipped, so a stopped run resumes), with CPU seconds, wall seconds, threads, load average and device.
 
-    OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_tabular.py [--jobs NAME,...] [--batches 1]
+    OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_tabular.py [--jobs NAME,...] [--batches 3]
     python benchmarks/bench_tabular.py --doc     # the table of docs/tabular.md from the results file
 """
 
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,6 +58,13 @@ JOBS = {
     "tableak-adult-b128": ("adult", "fedsgd", 128, "tableak", {}),
     "tableak-german-b128": ("german", "fedsgd", 128, "tableak", {}),
     "tableak-fedavg-adult-b32": ("adult", "fedavg", 32, "tableak", {}),
+    "no-pooling-german-b32": ("german", "fedsgd", 32, "tableak-no-pooling", {}),
+    "ig-german-b32": ("german", "fedsgd", 32, "inverting-gradients-tabular", {}),
+    # FedAvg as the reference runs it (research notes §2): 32 records, lr 0.01, E epochs, local batch m, no shuffle
+    "tableak-fedavg-german-b32": ("german", "fedavg", 32, "tableak", {}),
+    "ig-fedavg-adult-b32": ("adult", "fedavg", 32, "inverting-gradients-tabular", {}),
+    "tableak-fedavg-adult-b32-e1-m8": ("adult", "fedavg", 32, "tableak", {"local_batch": 8}),
+    "tableak-fedavg-adult-b32-e5-m32": ("adult", "fedavg", 32, "tableak", {"epochs": 5}),
     "imprint-adult-b32": ("adult", "fedsgd", 32, "imprint", {}),
     "audit-adult": ("adult", "audit", None, "fedleak audit --data adult", {}),
 }
@@ -82,6 +92,8 @@ def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
     if name == "audit-adult":
         return run_audit(name)
     dataset, algorithm, records, attack_name, options = JOBS[name]
+    options = dict(options)
+    epochs, local_batch = options.pop("epochs", 1), options.pop("local_batch", 32)
     spec, clients = load(dataset, num_clients=batch + 1, samples_per_client=records, seed=seed)
     data = clients[batch]
     model = build("tabular-mlp", spec, seed=model_seed)
@@ -94,7 +106,7 @@ def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
                       **surrogate_stats(extra[-1].inputs))
         data = ClientData(data.inputs.reshape(records, *spec.shape), data.labels, data.client_id)
     protocol = Protocol("fedsgd", 1, records, 0.01) if algorithm == "fedsgd" else \
-        Protocol("fedavg", 1, 32, 0.01, reshuffle=False)
+        Protocol("fedavg", epochs, local_batch, 0.01, reshuffle=False)
     update = client_update(model, data, protocol, seed=seed, metadata={"labels": data.labels.tolist()})
     attack = build_attack(attack_name, seed=seed, **options)
     load_before = os.getloadavg()
@@ -110,6 +122,7 @@ def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
     extras = rec.extras
     row = {"job": name, "batch": batch, "dataset": dataset, "algorithm": algorithm, "records": records,
            "attack": attack_name, "labels": "known", "seed": seed, "model_seed": model_seed, **scores,
+           **({"epochs": epochs, "local_batch": local_batch} if algorithm == "fedavg" else {}),
            "restarts": extras.get("restarts"), "iterations": getattr(attack.options, "iterations", None),
            "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "threads": torch.get_num_threads(),
            "load_average": [round(v, 2) for v in (load_before, os.getloadavg())[1]],
@@ -131,30 +144,49 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
+def _range(values: list) -> str:
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return low if low == high else f"{low}–{high}"
+
+
 def table(rows: list[dict]) -> str:
     """The results as a markdown table (means over the batches of each job)."""
-    lines = ["| data | protocol | B | attack | batches | cells right (%) | categorical | continuous | records whole "
-             "(EMR, %) | random (%) | prior (%) | low-entropy 25 % cat / cont | proved | CPU s (mean) | load avg |",
-             "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|"]
+    lines = ["| data | protocol | B | attack | restarts × iterations | batches | cells right (%, mean ± sd) | "
+             "categorical | continuous | records whole (EMR, %) | random (%) | prior (%) | "
+             "low-entropy 25 % cat / cont | proved | CPU s (mean) | load avg |",
+             "|---|---|--:|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|"]
     for name in JOBS:
         group = [r for r in rows if r["job"] == name]
         if not group or "accuracy" not in group[0]:
             continue
 
+        def values(key, sub=None):
+            found = [(r[key][sub] if sub else r[key]) for r in group]
+            return [v for v in found if v is not None]
+
         def mean(key, sub=None):
-            values = [(r[key][sub] if sub else r[key]) for r in group]
-            values = [v for v in values if v is not None]
-            return sum(values) / len(values) if values else None
+            found = values(key, sub)
+            return sum(found) / len(found) if found else None
+
+        def spread(key, sub=None):  # mean ± sd over the batches (sd only from 2 batches on)
+            found = values(key, sub)
+            if len(found) < 2:
+                return _pct(mean(key, sub))
+            return f"{100 * statistics.mean(found):.1f} ± {100 * statistics.stdev(found):.1f}"
 
         r0 = group[0]
         low = (f"{_pct(mean('categorical_low_entropy_accuracy'))} / {_pct(mean('continuous_low_entropy_accuracy'))}"
                if "categorical_low_entropy_accuracy" in r0 else "-")
         proved = ("yes" if all(r.get("proved") for r in group) else "no") if "proved" in r0 else "-"
-        lines.append(f"| {r0['dataset']} | {r0['algorithm']} | {r0['records']} | {r0['attack']} | {len(group)} | "
-                     f"{_pct(mean('accuracy'))} | {_pct(mean('categorical_accuracy'))} | "
-                     f"{_pct(mean('continuous_accuracy'))} | {_pct(mean('exact_match_rate'))} | "
+        protocol = (f"fedavg E {r0.get('epochs', 1)}, m {r0.get('local_batch', 32)}" if r0["algorithm"] == "fedavg"
+                    else r0["algorithm"])
+        budget = f"{r0['restarts']} × {r0['iterations']}" if r0.get("iterations") else "-"
+        loads = [r["load_average"][0] for r in group]
+        lines.append(f"| {r0['dataset']} | {protocol} | {r0['records']} | {r0['attack']} | {budget} | {len(group)} | "
+                     f"{spread('accuracy')} | {spread('categorical_accuracy')} | "
+                     f"{spread('continuous_accuracy')} | {spread('exact_match_rate')} | "
                      f"{_pct(mean('random', 'accuracy'))} | {_pct(mean('prior', 'accuracy'))} | {low} | {proved} | "
-                     f"{mean('cpu_seconds'):.1f} | {r0['load_average'][0]:.1f} |")
+                     f"{mean('cpu_seconds'):.1f} | {_range(loads)} |")
     audits = [r for r in rows if r["job"] == "audit-adult"]
     for r in audits:
         lines.append("")
@@ -190,7 +222,7 @@ def main() -> None:
     done = {(r["job"], r["batch"]) for r in rows}
     for name in args.jobs.split(","):
         for batch in range(args.batches):
-            if (name, batch) in done:
+            if (name, batch) in done or (name == "audit-adult" and batch > 0):  # the audit is timed once
                 continue
             row = run_job(name, batch, args.seed, args.model_seed)
             rows.append(row)

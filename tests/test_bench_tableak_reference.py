@@ -1,0 +1,71 @@
+"""benchmarks/bench_tableak_reference.py: bad input (one line, exit 2), the skip without the reference code, and
+the side-by-side summary (only batches both implementations finished; the CPU ratio). The run itself needs the
+reference checkout and minutes of CPU: it is the benchmark, not a test."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_tableak_reference.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_tableak_reference", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--settings", "adult:0"], "--settings: 'adult:0'"),
+    (["--settings", "mnist:32"], "--settings: 'mnist:32'"),
+    (["--implementations", "fedleak,other"], "--implementations"),
+    (["--restarts", "0"], "--restarts must be at least 1"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(bench, tmp_path, capsys, argv, needle):
+    out = tmp_path / "r.json"
+    assert bench.main([*argv, "--out", str(out), "--reference", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_a_foreign_results_file_is_refused_not_overwritten(bench, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    out.write_text(json.dumps({"format": "something-else", "rows": []}))
+    assert bench.main(["--out", str(out), "--reference", str(tmp_path)]) == 2
+    assert "not a results file of this benchmark" in capsys.readouterr().err
+    assert json.loads(out.read_text())["format"] == "something-else"
+
+
+def test_a_folder_that_is_not_the_reference_is_bad_input(bench, tmp_path, capsys):
+    assert bench.main(["--out", str(tmp_path / "r.json"), "--reference", str(tmp_path)]) == 2
+    assert "not a checkout of eth-sri/tableak" in capsys.readouterr().err
+
+
+def test_without_the_reference_it_says_so_and_writes_nothing(bench, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert bench.main(["--out", str(out), "--reference", str(tmp_path / "absent")]) == 0
+    assert capsys.readouterr().out.startswith("skipped: the reference code is not at") and not out.exists()
+
+
+def _row(impl, batch, accuracy, cpu):
+    metric = {"accuracy": accuracy, "categorical_accuracy": accuracy, "continuous_accuracy": accuracy,
+              "exact_match_rate": 0.0}
+    return {"dataset": "adult", "records": 32, "restarts": 30, "iterations": 1500, "batch": batch,
+            "implementation": impl, "reference_metric": metric,
+            "fedleak_metric": {**metric, "random": {"accuracy": 0.25}, "prior": {"accuracy": 0.5}},
+            "cpu_seconds": cpu, "load_average": [2.0, 2.0, 2.0]}
+
+
+def test_the_summary_compares_only_batches_both_finished(bench):
+    rows = [_row("fedleak", 0, 0.8, 50.0), _row("reference", 0, 0.7, 600.0), _row("fedleak", 1, 0.9, 70.0),
+            _row("reference", 1, 0.8, 800.0), _row("fedleak", 2, 0.1, 60.0)]  # batch 2: the reference unfinished
+    (entry,) = bench.summary(rows)
+    assert entry["batches"] == [0, 1]
+    assert entry["fedleak"]["reference_metric"]["accuracy"] == [0.8, 0.9]
+    text = bench.table(rows)
+    assert "| fedleak | 85.0 ± 7.1 |" in text and "| reference | 75.0 ± 7.1 |" in text
+    assert "| 60 | 11.7× |" in text  # 700 / 60 CPU-s
