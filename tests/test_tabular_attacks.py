@@ -59,6 +59,11 @@ def test_tableak_recovers_a_small_batch_on_a_fixed_seed(adult):
     assert scores["accuracy"] > scores["random"]["accuracy"] + 0.5 and scores["accuracy"] > scores["prior"]["accuracy"]
     assert rec.extras["label_strategy"] == "known" and len(rec.extras["restart_scores"]) == 3
     assert len(rec.extras["entropy"]) == 2 and len(rec.extras["entropy"][0]) == 14
+    # the restarts' categorical blocks are logits, softmaxed once by the pooling (the reference's median+softmax):
+    # settled cells are confident. Softmaxing probabilities again kept every 2-category cell's entropy >= 0.84.
+    categorical = [j for j, c in enumerate(spec.schema.columns) if c.kind == "categorical"]
+    settled = sorted(row[j] for row in rec.extras["entropy"] for j in categorical)
+    assert settled[len(settled) // 2] < 0.1
 
 
 def test_metrics_of_the_truth_and_of_the_prior(adult):

@@ -102,7 +102,7 @@ class TabLeak(Attack):
                                  log_every=o.log_every)
         result = optimize([z], objective, config, description=f"{self.name} ({restarts} restarts)")
         with torch.no_grad():
-            x = forward(z.detach()).view(restarts, epochs, n, -1)
+            x = forward.restart_output(z.detach()).view(restarts, epochs, n, -1)
             candidates = _epoch_average(schema, x, o.softmax)  # (R, n, d) per restart
             projected = torch.stack([schema.standardize(_project(schema, schema.destandardize(c))) for c in candidates])
         scores = distances(projected if epochs == 1 else projected.repeat(1, epochs, 1), graph=False).detach()
@@ -137,6 +137,19 @@ class _StructuralPrior:
         out = z.clone()
         for block, value in parts:
             out[..., block] = value
+        if len(self.cont):
+            out[..., self.cont] = self.low + (self.high - self.low) * torch.sigmoid(z[..., self.cont])
+        return out
+
+
+    def restart_output(self, z: torch.Tensor) -> torch.Tensor:
+        """A restart's result as the reference returns it (§2 step 5): the categorical blocks stay the optimized
+        logits, the continuous columns go through the sigmoid. The pooling and the entropy softmax the logits ONCE
+        (``median+softmax``); softmaxing the already softmaxed probabilities again would flatten every category
+        distribution towards uniform, changing the median's argmax and every categorical entropy."""
+        if not self.softmax:
+            return z
+        out = z.clone()
         if len(self.cont):
             out[..., self.cont] = self.low + (self.high - self.low) * torch.sigmoid(z[..., self.cont])
         return out
