@@ -255,7 +255,15 @@ def run_one(reference: Reference, job: dict, setting: dict, implementation: str)
             "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "threads": torch.get_num_threads(),
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average": [round(v, 2) for v in os.getloadavg()], "device": "cpu",
-            "machine": platform.machine(), "torch": torch.__version__}
+            "machine": platform.machine(), "torch": torch.__version__, "fedleak_commit": _commit()}
+
+
+def _commit() -> str:
+    """The fedleak commit the row was measured at (the working tree may hold others' uncommitted edits)."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
 
 
 # ----- the docs' table --------------------------------------------------------------------------------------------
