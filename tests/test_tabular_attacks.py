@@ -108,3 +108,23 @@ def test_tableak_on_fedavg_simulates_every_local_epoch(adult):
     rec = attack("tableak", iterations=3, restarts=2).reconstruct(update, model, spec)
     assert rec.inputs.shape == (4, spec.schema.width) and rec.extras["target"] == "simulation"
     assert rec.candidates.shape == (2, 4, spec.schema.width)
+
+
+def test_the_ablations_keep_the_references_sigmoid_and_ig_drops_it(adult):
+    """The reference's "no softmax" ablation keeps the sigmoid trick (run_inversion_attacks.py); IG has neither."""
+    from fedleak.attacks.tabular.tableak import _StructuralPrior
+
+    spec, _ = adult
+    schema = spec.schema
+    z = torch.randn(3, 4, schema.width) * 5
+    cont = schema.continuous_index()
+    low, high = schema.bounds(z)
+    for softmax in (True, False):
+        out = _StructuralPrior(schema, z, softmax=softmax)(z)
+        assert bool(((out[..., cont] >= low - 1e-5) & (out[..., cont] <= high + 1e-5)).all())
+        block = schema.categorical_blocks()[0]
+        assert torch.equal(out[..., block], z[..., block]) != softmax
+        kept = _StructuralPrior(schema, z, softmax=softmax).restart_output(z)
+        assert torch.equal(kept[..., block], z[..., block])  # restarts return logits: pooled by one softmax
+    assert torch.equal(_StructuralPrior(schema, z, softmax=False, sigmoid=False)(z), z)
+    assert attack("tableak-no-softmax").options.sigmoid and not attack("inverting-gradients-tabular").options.sigmoid

@@ -50,6 +50,7 @@ class TabLeakOptions(AttackOptions):
     iterations: int = 1500
     lr: float = 0.06
     softmax: bool = True
+    sigmoid: bool = True  # continuous columns through a sigmoid into their range (off only for the IG baseline)
     pooling: bool = True
     epoch_prior: float = 0.01  # λ of the FedAvg epoch-matching prior (the reference tunes it by an oracle)
     labels: str = "auto"
@@ -81,7 +82,7 @@ class TabLeak(Attack):
         observed = update.pseudo_gradient()
         generator = torch.Generator().manual_seed(int(o.seed))
         z = (torch.rand(restarts, epochs * n, schema.width, generator=generator) * 2 - 1).to(first)
-        forward = _StructuralPrior(schema, first, o.softmax)
+        forward = _StructuralPrior(schema, first, o.softmax, o.sigmoid)
 
         tiled = labels.repeat(epochs)  # one block of records per local epoch, each with the n labels
 
@@ -118,40 +119,38 @@ class TabLeak(Attack):
 
 
 class _StructuralPrior:
-    """z → records: softmax on each de-standardized categorical block, sigmoid into each continuous range."""
+    """z → records: softmax on each de-standardized categorical block (``softmax``), sigmoid into each continuous
+    range (``sigmoid``; the reference's "no softmax" ablation keeps it, Inverting Gradients drops both)."""
 
-    def __init__(self, schema, like: torch.Tensor, softmax: bool) -> None:
-        self.schema, self.softmax = schema, softmax
+    def __init__(self, schema, like: torch.Tensor, softmax: bool, sigmoid: bool = True) -> None:
+        self.schema, self.softmax, self.sigmoid = schema, softmax, sigmoid
         self.blocks = schema.categorical_blocks()
         self.cont = torch.tensor(schema.continuous_index(), dtype=torch.long, device=like.device)
         self.low, self.high = schema.bounds(like)
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        out = self.restart_output(z)
         if not self.softmax:
-            return z
+            return out
         raw = self.schema.destandardize(z)
         parts = []
         mean, std = self.schema._stats(z)
         for block in self.blocks:
             parts.append((block, (torch.softmax(raw[..., block], dim=-1) - mean[block]) / std[block]))
-        out = z.clone()
+        out = out.clone() if out is z else out
         for block, value in parts:
             out[..., block] = value
-        if len(self.cont):
-            out[..., self.cont] = self.low + (self.high - self.low) * torch.sigmoid(z[..., self.cont])
         return out
-
 
     def restart_output(self, z: torch.Tensor) -> torch.Tensor:
         """A restart's result as the reference returns it (§2 step 5): the categorical blocks stay the optimized
         logits, the continuous columns go through the sigmoid. The pooling and the entropy softmax the logits ONCE
         (``median+softmax``); softmaxing the already softmaxed probabilities again would flatten every category
         distribution towards uniform, changing the median's argmax and every categorical entropy."""
-        if not self.softmax:
+        if not (self.sigmoid and len(self.cont)):
             return z
         out = z.clone()
-        if len(self.cont):
-            out[..., self.cont] = self.low + (self.high - self.low) * torch.sigmoid(z[..., self.cont])
+        out[..., self.cont] = self.low + (self.high - self.low) * torch.sigmoid(z[..., self.cont])
         return out
 
 
@@ -233,4 +232,4 @@ register("tableak-no-pooling", TabLeak, "TabLeak ablation: one restart, no pooli
 register("tableak-no-softmax", TabLeak, "TabLeak ablation: pooled restarts without the softmax prior",
          softmax=False)
 register("inverting-gradients-tabular", TabLeak, "Inverting Gradients on records (TabLeak's baseline): the same "
-         "cosine loop, one restart, no softmax/sigmoid prior", softmax=False, pooling=False)
+         "cosine loop, one restart, no softmax/sigmoid prior", softmax=False, sigmoid=False, pooling=False)
