@@ -92,7 +92,7 @@ def main() -> None:
         result["epsilons"][f"{eps:g}"] = {"noise_multiplier": noise, "runs": rows}
     noise4 = math.sqrt(ROUNDS) / mu_of(4.0, DELTA)
     for name, fault in (("none", ()), ("noise off by 10x", ("noise=0.1",)), ("no DP on clients 3, 7", ("no-dp=3,7",)),
-                        ("clipping after noise", ("clip-after-noise",))):
+                        ("clipping skipped in Flower", ("no-clip",))):
         result["misconfigurations"][name] = cached(f"fault-{name}", noise4, 200, 0, fault)
     result["load_average_before"] = [round(x, 2) for x in load_before]
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -34,6 +34,22 @@ def test_mod_missing_on_two_clients_is_detected_and_named(tmp_path):
     assert saved["setting"]["mod_missing_on"] == [1, 3] and saved["setting"]["defense"].startswith("flower-local-dp")
 
 
+def test_noise_cut_inside_flowers_local_dp_mod_is_found():
+    """LocalDpMod's own noise call patched to 0.1× (privacy/flower_faults.py): the claim (every node with the mod,
+    computed from the configuration, never from the fault) is not in force: the aggregates separate by 21.8 null sds
+    where the claim allows 2.83, and every node's replies carry 0.1× the claimed noise (χ² test on the residual)."""
+    broken = dp_audit(**ARGS, fault=["noise=0.1"])
+    correct = dp_audit(**ARGS)
+    assert broken["setting"]["aggregate_noise"] == correct["setting"]["aggregate_noise"]
+    assert broken["verdict"]["verdict"] == "not in force (estimated)"
+    assert correct["verdict"]["verdict"] == "consistent at this budget"
+    replies = broken["misconfiguration"]["reply_test"]
+    assert broken["misconfiguration"]["nodes_flagged_by_replies"] == [0, 1, 2, 3]
+    assert all(abs(r["noise_ratio"] - 0.1) < 0.01 for r in replies)
+    assert correct["misconfiguration"]["nodes_flagged_by_replies"] == []
+    assert all(abs(r["noise_ratio"] - 1) < 0.01 for r in correct["misconfiguration"]["reply_test"])
+
+
 def test_correct_local_dp_federation_not_flagged_and_epsilons_per_client():
     result = dp_audit(**ARGS)
     check, acc = result["misconfiguration"], result["epsilon_accountant"]
@@ -62,7 +78,7 @@ def test_release_is_flowers_mod_bit_for_bit():
 
 @pytest.mark.parametrize("args, named", [
     (["--defense", DEFENSE], "--clients"),
-    (["--defense", DEFENSE, "--clients", "4", "--fault", "noise=2"], "--fault"),
+    (["--defense", DEFENSE, "--clients", "4", "--fault", "noise=-1"], "--fault"),
     (["--defense", DEFENSE, "--clients", "4", "--fault", "no-dp=9"], "--fault"),
     (["--defense", DEFENSE, "--clients", "0"], "--clients"),
     (["--defense", "flower-local-dp:clip=1,sensitivity=1,epsilon=nan,delta=1e-5", "--clients", "4"], "--defense"),

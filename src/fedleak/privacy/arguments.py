@@ -47,8 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threat", default="all-iterates", choices=["all-iterates", "final-model"],
                    help="headline threat model (both are reported)")
     g.add_argument("--fault", action="append", metavar="FAULT",
-                   help="simulate a misconfiguration: noise=F (F × the claimed noise), no-dp=I,J (clients without "
-                        "clipping), clip-after-noise; --level example: noise=F (F = 0: noise off), no-clip; --level lora: "
+                   help="plant a misconfiguration inside the real DP code: noise=F (Flower's noise call draws F × its "
+                        "σ), no-dp=I,J (nodes I, J built without the client-side mod), no-clip (Flower's clipping "
+                        "skipped); --level example: noise=F (F = 0: noise off), no-clip; --level lora: "
                         "lora-unprocessed=I,J, lora-partial=I,J, lora-base-moves=I,J")
     g.add_argument("--leakage-metrics", metavar="PATH", help="metrics.json of `fedleak audit --defense` at the same "
                    "σ and clip: its reconstruction results are reported beside the ε (docs/dp-audit.md)")

@@ -178,12 +178,10 @@ def dp_audit(*, defense=None, train=None, dataset=None, model="femnist-cnn", dat
             raise FedleakError("--clients: flower-local-dp names no client count; give --clients K")
         k = _positive("--clients", clients, integer=True, upper=100_000)
         faults = Fault.parse(fault, k)
-        if faults.noise_factor != 1.0 or faults.clip_after_noise:
-            raise FedleakError("--fault: with flower-local-dp only no-dp=I,J (the mod missing on clients I, J)")
         local = LocalDp.from_filter(parsed)
-        probe = Canaries(m, 1, seed, canary_scale, k)
-        on = probe.included & ~np.isin(probe.node(np.arange(m)), list(faults.no_dp_clients))
-        setting = DPSetting(aggregate_noise(local, k - len(faults.no_dp_clients) + int(on.sum())), local.clip, rounds)
+        # the claim: every node and canary node carries the mod (what the user configured), whatever is planted
+        inserted = int(Canaries(m, 1, seed, canary_scale, k).included.sum())
+        setting = DPSetting(aggregate_noise(local, k + inserted), local.clip, rounds)
         runner = _run
     else:
         setting, k = claimed_setting(parsed, rounds, clients)
@@ -305,6 +303,13 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     estimates = {t: estimate(fed.scores[t], fed.included, delta, null_sd=1.0) for t in THREATS}
     check = diagnose(fed.scores[threat], fed.included, fed.raw_norm, fed.node, mu_claimed, setting.noise, k,
                      delta=delta)
+    # what the server sees of each canary node's replies (canary_nodes.reply_test): nodes whose mod did not clip
+    check["reply_test"] = fed.replies
+    check["nodes_flagged_by_replies"] = flagged = [r["node"] for r in fed.replies if r["flagged"]]
+    if flagged:  # an "Estimated: …" finding: the verdict counts it (privacy/verdict.py)
+        check["findings"].append("Estimated: the canary replies of nodes " + "; ".join(
+            f"{r['node']} ({', '.join(r['reasons'])})" for r in fed.replies if r["flagged"])
+            + " (per-node reply test, canary_nodes.reply_test; what the server sees of each reply).")
     result = {
         "level": "client",
         "epsilon_accountant": accountant_epsilons(setting.noise, rounds, delta),
@@ -339,7 +344,7 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
                              "noise": local.client_noise, "clip": local.clip, "noise_std": local.std,
                              "mu_gdp_per_client": composed_mu(local.client_noise, rounds),
                              "aggregate_noise": setting.noise, "mu_gdp": mu_claimed, "clipping": "fixed",
-                             "mod": "flwr.client.mod.LocalDpMod (flwr 1.42), fedleak.fl.update_filters.flower_local_dp",
+                             "mod": "flwr.clientapp.mod.LocalDpMod (flwr 1.42) on every node's ClientApp",
                              "mod_missing_on": list(faults.no_dp_clients)}
         acc = result["epsilon_accountant"]
         claim_line = (f"Claimed by Flower's LocalDpMod: ε = {local.epsilon:g} per round at δ = {local.delta:g} per "

@@ -1,30 +1,25 @@
-"""A simulated DP-FedAvg federation with canary clients (client-level DP, fixed or adaptive clipping).
+"""A DP-FedAvg federation run through Flower's own DP code, with canary nodes (client-level DP, fixed or adaptive
+clipping, or LocalDpMod).
 
-The mechanism is Flower's central DP with fixed clipping (``DifferentialPrivacyServerSideFixedClipping``;
-``…ClientSideFixedClipping`` with the ``fixedclipping_mod`` on every client; McMahan et al., "Learning
-Differentially Private Recurrent Language Models", ICLR 2018, DP-FedAvg): every round each of the K
-clients trains from the global weights with fedleak's one client update (:func:`fedleak.fl.client.client_update`),
-its weight change Δ is clipped to L2 norm C, the server sums the clipped changes, adds N(0, σ²C²I) and
-averages; the global model moves by that average (server learning rate 1). Canary clients
-(:mod:`.canaries`, Andrew et al. ICLR 2024) send the same direction every round and pass through the
-same clipping; the included ones are summed in every round.
+Every client is a Flower node whose ClientApp carries the claimed client-side mod around fedleak's one client
+update (:func:`fedleak.fl.client.client_update`): ``fixedclipping_mod`` under Flower's
+``DifferentialPrivacyClientSideFixedClipping`` (McMahan et al., "Learning Differentially Private Recurrent Language
+Models", ICLR 2018, DP-FedAvg: clip each update to C, the server adds N(0, σ²C²) to the sum and averages),
+``adaptiveclipping_mod`` under ``DifferentialPrivacyClientSideAdaptiveClipping`` (Andrew, Thakkar, McMahan,
+Ramaswamy, NeurIPS 2021, Alg. 1, as flwr 1.42 runs it: clipped-count noise σ_b, update noise σ_Δ,
+C_{t+1} = C_t·exp(−η_C(noisy clipped fraction − γ)); :func:`adaptive_noise` is the same split, checked before any
+work), or ``LocalDpMod`` under plain ``FedAvg``. Canary nodes (Andrew et al. ICLR 2024 §3; Steinke et al. NeurIPS
+2023 inclusion coins) run node j mod K's own mod chain (:mod:`fedleak.integrations.flower.canary_nodes`): Flower's
+clipping, noise and averaging decide what every canary shows; nothing here re-implements them.
 
-Adaptive clipping (``adaptive=1``: Flower's ``DifferentialPrivacyServerSideAdaptiveClipping`` / the client-side pair
-with ``adaptiveclipping_mod``; Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with Adaptive
-Clipping", NeurIPS 2021, Alg. 1) as flwr 1.42 runs it: round t clips at C_t, counts the updates whose norm
-exceeded C_t (Flower's norm bit), releases the count with N(0, σ_b²), adds N(0, (σ_Δ C_t)²) to the sum
-(:func:`adaptive_noise`) and moves C_{t+1} = C_t·exp(−η_C(noisy clipped fraction − γ)). The canaries follow the
-clip norm (raw norm C_t or s·C_t in round t, as Andrew et al. ICLR 2024 scale canaries to the current clip
-norm); those above it count as clipped.
-
-Faults (to show what the audit detects; none by default): ``noise=F`` — the noise actually added is F
-times the claimed σ; ``no-dp=3,7`` — clients 3 and 7 run without the client-side clipping (their
-updates and the canaries they send reach the sum unclipped); ``clip-after-noise`` — the server adds the
-noise to the sum of unclipped updates and clips the noisy sum afterwards (to (K + canaries)·C).
+Faults (to show what the audit detects; none by default) are planted, never simulated (:mod:`.flower_faults`):
+``noise=F`` — Flower's ``add_gaussian_noise_inplace`` draws F × the σ it is given; ``no-dp=3,7`` — nodes 3 and 7's
+ClientApps are built without the mod; ``no-clip`` — Flower's clipping functions return the update unclipped.
 
 Statistics (Andrew et al. §3): all-iterates — Σₜ cos(u, Aₜ) over the rounds' aggregates Aₜ; final model —
-cos(u, θ_T − θ_0). Both are reported in units of their closed-form null standard deviation (for a unit
-vector u independent of x, ⟨u, x⟩ has variance ‖x‖²/d: Σₜ cos has sd ‖Σₜ Aₜ/‖Aₜ‖‖/√d, the final cosine 1/√d).
+cos(u, θ_T − θ_0), both in units of their closed-form null standard deviation (for a unit vector u independent of
+x, ⟨u, x⟩ has variance ‖x‖²/d: Σₜ cos has sd ‖Σₜ Aₜ/‖Aₜ‖‖/√d, the final cosine 1/√d); and the per-node reply test
+(:func:`fedleak.integrations.flower.canary_nodes.reply_test`).
 """
 
 from __future__ import annotations
@@ -61,7 +56,7 @@ class Fault:
 
     noise_factor: float = 1.0
     no_dp_clients: tuple = ()
-    clip_after_noise: bool = False
+    no_clip: bool = False
 
     @classmethod
     def parse(cls, specs, clients: int) -> "Fault":
@@ -78,19 +73,19 @@ class Fault:
                     raise FedleakError(f"--fault no-dp= needs client indices like 3,7, got {value!r}") from None
                 if not missing or min(missing) < 0 or max(missing) >= clients:
                     raise FedleakError(f"--fault no-dp= needs client indices in 0..{clients - 1}, got {value!r}")
-            elif key == "clip-after-noise" and not eq:
+            elif key == "no-clip" and not eq:
                 after = True
             else:
-                raise FedleakError(f"--fault {spec!r}: allowed noise=F, no-dp=I,J,..., clip-after-noise")
+                raise FedleakError(f"--fault {spec!r}: allowed noise=F, no-dp=I,J,..., no-clip")
         return cls(noise, missing, after)
 
     @property
     def any(self) -> bool:
-        return self.noise_factor != 1.0 or bool(self.no_dp_clients) or self.clip_after_noise
+        return self.noise_factor != 1.0 or bool(self.no_dp_clients) or self.no_clip
 
     def to_json(self) -> dict:
-        return {"noise_factor": self.noise_factor, "no_dp_clients": list(self.no_dp_clients),
-                "clip_after_noise": self.clip_after_noise}
+        return {"noise_factor": self.noise_factor, "no_dp_clients": list(self.no_dp_clients), "no_clip": self.no_clip,
+                "planted": "inside Flower's code (privacy/flower_faults.py); no-dp nodes built without the mod"}
 
 
 #: Flower's adaptive-clipping defaults (``DifferentialPrivacy…AdaptiveClipping``, flwr 1.42): target quantile γ,
@@ -129,6 +124,7 @@ class FederationResult:
     model_change: float = 0.0
     clip_norms: list = field(default_factory=list)  # C_t of every round (constant without adaptive clipping)
     adaptive: dict = field(default_factory=dict)  # σ_b and σ_Δ of adaptive clipping (Flower's split of σ)
+    replies: list = field(default_factory=list)  # the per-node reply test (canary_nodes.reply_test)
 
 
 def adaptive_noise(noise: float, sampled: int) -> tuple[float, float]:
@@ -142,107 +138,95 @@ def adaptive_noise(noise: float, sampled: int) -> tuple[float, float]:
     return count_sd, (noise ** -2 - (2 * count_sd) ** -2) ** -0.5
 
 
-def _flat(params: dict) -> torch.Tensor:
-    return torch.cat([v.detach().reshape(-1).to(torch.float32) for v in params.values()])
+def _node_app(model, data, protocol: Protocol, seed: int, k: int, mods: list):
+    """Node k's ClientApp as a user writes one: ``mods`` on the app, a train function that runs fedleak's one client
+    update (:func:`fedleak.fl.client.client_update`) from the received weights on the node's data."""
+    from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
 
+    buffers = buffers_of(model)
+    app = ClientApp(mods=list(mods))
 
-def _unflat(flat: torch.Tensor, like: dict) -> dict:
-    out, start = {}, 0
-    for k, v in like.items():
-        out[k] = flat[start:start + v.numel()].reshape(v.shape).to(v.dtype)
-        start += v.numel()
-    return out
+    @app.train()
+    def train(msg: Message, context) -> Message:
+        key, record = next(iter(msg.content.array_records.items()))
+        config = next(iter(msg.content.config_records.values()), {})
+        current = {name: torch.from_numpy(a.copy()) for name, a in zip(record.keys(), record.to_numpy_ndarrays())}
+        t = int(config.get("server-round", 1)) - 1
+        update = client_update(model, data, protocol, seed=int(seed) * 100_003 + t * 1_009 + k, params=current,
+                               buffers=buffers)
+        final = update.final_params()
+        arrays = ArrayRecord({name: Array(final[name].detach().cpu().numpy().astype(np.float32)) for name in current})
+        return Message(RecordDict({key: arrays, "metrics": MetricRecord({"num-examples": len(data)})}), reply_to=msg)
 
-
-def _clip(x: torch.Tensor, norm: float) -> torch.Tensor:
-    return x * min(1.0, norm / (float(x.norm()) + 1e-12))
+    return app
 
 
 def run_federation(model, clients, protocol: Protocol, dp: DPSetting, canaries: Canaries, *, fault: Fault = Fault(),
                    seed: int = 0, log: Optional[Callable[[str], None]] = None, local=None) -> FederationResult:
-    """Run T rounds of DP-FedAvg with ``clients`` (fedleak ClientData) and ``canaries``; score every canary.
+    """Run T rounds of the federation through Flower's own code with canary nodes; score every canary.
 
-    ``local`` (a :class:`.local_dp.LocalDp`): Flower's ``LocalDpMod`` on every client instead of the server's noise
-    (:mod:`.local_dp`): each real client's reply goes through :func:`fedleak.fl.update_filters.flower_local_dp`
-    (Flower's own clipping and noise, bit for bit), each included canary client clips to C and its own noise
-    N(0, s²I) joins the sum (drawn as one N(0, n·s²I) for the n canary clients: equal in distribution); the
-    clients of ``fault.no_dp_clients`` run without the mod (raw updates, their canaries unclipped)."""
+    Every client is a node whose ClientApp carries the claimed mod (``fixedclipping_mod`` under Flower's
+    ``DifferentialPrivacyClientSideFixedClipping``, ``adaptiveclipping_mod`` under the adaptive pair, or
+    ``local``'s ``LocalDpMod`` under plain ``FedAvg``) around fedleak's client update; canary j is a node running
+    node j mod K's mod chain (:mod:`fedleak.integrations.flower.canary_nodes`). A ``fault`` is planted, never
+    simulated: ``no_dp_clients`` build those nodes' ClientApps without the mod, ``noise_factor`` and ``no_clip``
+    patch Flower's own noise and clipping functions (:mod:`.flower_faults`). The canaries' claim is the setting's
+    σ for the sum of all K + inserted replies (LocalDpMod: s·√(K + inserted)/C, every node with the mod)."""
+    try:
+        from flwr.app import Array, ArrayRecord
+        from flwr.clientapp.mod import LocalDpMod, adaptiveclipping_mod, fixedclipping_mod
+        from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClipping,
+                                             DifferentialPrivacyClientSideFixedClipping, FedAvg)
+    except ImportError:
+        raise FedleakError("the client-level DP audit runs Flower's own DP code: pip install 'fedleak[flower]'") from None
+    from ..integrations.flower.canary_nodes import run_canary_nodes
+    from .flower_faults import planted
+
     start_time = time.perf_counter()
-    params, buffers = params_of(model), buffers_of(model)
-    theta0 = _flat(params)
-    d = theta0.numel()
+    params = params_of(model)
+    d = sum(v.numel() for v in params.values())
     if canaries.dim != d:
         raise FedleakError(f"canaries have {canaries.dim} dimensions, the model {d}")
     k_clients = len(clients)
-    included = canaries.included
-    m_in = int(included.sum())
-    unclipped_nodes = set(fault.no_dp_clients)
-    c = float(dp.clip)
-    # the included canaries' contribution to every round's sum, after their node's clipping (streamed)
-    canary_sum = torch.zeros(d)
-    for index, block in canaries.blocks():
-        keep = included[index]
-        if not keep.any():
-            continue
-        raw = torch.as_tensor(canaries.raw_norm(index) * c, dtype=torch.float32)[:, None] * block
-        unclipped = [fault.clip_after_noise or int(n) in unclipped_nodes for n in canaries.node(index)]
-        norms = torch.where(torch.as_tensor(unclipped)[:, None], raw, block * c)  # clipping a norm-sC canary: C·u
-        canary_sum += norms[torch.as_tensor(keep)].sum(0)
-    t_canaries = time.perf_counter()
-    noise_gen = torch.Generator().manual_seed(int(np.random.SeedSequence([int(seed), 2]).generate_state(1)[0]))
-    aggregates = torch.empty(dp.rounds, d)
-    current = dict(params)
-    sampled = k_clients + m_in
-    count_sd, update_noise = adaptive_noise(dp.noise, sampled) if dp.adaptive else (0.0, dp.noise)
-    if local is not None:  # the canary clients' own LocalDpMod noise, summed; no server noise
-        nodes = canaries.node(np.arange(canaries.count))
-        with_mod = int((included & ~np.isin(nodes, list(unclipped_nodes))).sum())
-        update_noise = local.std * math.sqrt(with_mod) / c
-    # canaries above the clip norm are clipped every round (Flower's norm bit: scaling factor < 1)
-    canaries_clipped = int((included & (canaries.raw_norm(np.arange(canaries.count)) > 1)).sum())
-    c_t, clip_norms = c, []
-    for t in range(dp.rounds):
-        clip_norms.append(c_t)
-        total = canary_sum * (c_t / c)  # adaptive clipping: the canaries follow the round's clip norm (Andrew et al.)
-        clipped = canaries_clipped
-        for k, data in enumerate(clients):
-            update = client_update(model, data, protocol, seed=int(seed) * 100_003 + t * 1_009 + k,
-                                   params=current, buffers=buffers)
-            delta = _flat(update.final_params()) - _flat(current)
-            clipped += int(float(delta.norm()) > c_t)
-            if local is not None and k not in unclipped_nodes:
-                delta = local.release(current, update.final_params(), seed, t, k) - _flat(current)
-            elif not (fault.clip_after_noise or k in unclipped_nodes):
-                delta = _clip(delta, c_t)
-            total += delta
-        noise = torch.randn(d, generator=noise_gen) * (fault.noise_factor * update_noise * c_t)
-        noisy = total + noise
-        if fault.clip_after_noise:
-            noisy = _clip(noisy, c_t * sampled)
-        aggregate = noisy / sampled
-        aggregates[t] = aggregate
-        current = _unflat(_flat(current) + aggregate, current)
-        if dp.adaptive:  # Flower's geometric update from the noisy clipped fraction (dp_adaptive_clipping.py)
-            fraction = (clipped + count_sd * float(torch.randn(1, generator=noise_gen))) / sampled
-            c_t *= math.exp(-CLIP_NORM_LR * (fraction - TARGET_QUANTILE))
-        if log:
-            log(f"round {t + 1}/{dp.rounds}: {k_clients} clients + {m_in} canaries aggregated"
-                + (f", clip norm {c_t:.4g} next" if dp.adaptive else ""))
-    t_rounds = time.perf_counter()
-    final = _flat(current) - theta0
-    unit = aggregates / aggregates.norm(dim=1, keepdim=True).clamp_min(1e-30)
-    null_all = float(unit.sum(0).norm()) / math.sqrt(d)
-    null_final = 1.0 / math.sqrt(d)
-    final_unit = final / final.norm().clamp_min(1e-30)
-    scores_all = np.empty(canaries.count)
-    scores_final = np.empty(canaries.count)
-    for index, block in canaries.blocks():
-        scores_all[index] = (block @ unit.T).sum(1).double().numpy() / null_all
-        scores_final[index] = (block @ final_unit).double().numpy() / null_final
-    end = time.perf_counter()
-    return FederationResult(included, {"all-iterates": scores_all, "final-model": scores_final},
+    if local is not None:
+        mod = LocalDpMod(clipping_norm=local.clip, sensitivity=local.sensitivity, epsilon=local.epsilon,
+                         delta=local.delta)
+    else:
+        mod = adaptiveclipping_mod if dp.adaptive else fixedclipping_mod
+    apps = [_node_app(model, data, protocol, seed, k, [] if k in fault.no_dp_clients else [mod])
+            for k, data in enumerate(clients)]
+    made: dict = {}
+
+    def strategy_fn(n: int):
+        inner = FedAvg(fraction_evaluate=0.0, min_train_nodes=n, min_available_nodes=n)
+        if local is not None:
+            made["strategy"] = inner
+        elif dp.adaptive:
+            made["strategy"] = DifferentialPrivacyClientSideAdaptiveClipping(
+                inner, noise_multiplier=dp.noise, num_sampled_clients=n, initial_clipping_norm=dp.clip,
+                target_clipped_quantile=TARGET_QUANTILE, clip_norm_lr=CLIP_NORM_LR)
+        else:
+            made["strategy"] = DifferentialPrivacyClientSideFixedClipping(inner, noise_multiplier=dp.noise,
+                                                                          clipping_norm=dp.clip, num_sampled_clients=n)
+        return made["strategy"]
+
+    initial = ArrayRecord({name: Array(v.detach().cpu().numpy().astype(np.float32)) for name, v in params.items()})
+    if local is not None:
+        claimed, reply_noise = (lambda strategy, n: local.std * math.sqrt(n) / local.clip), local.std / local.clip
+    else:
+        claimed, reply_noise = (lambda strategy, n: dp.noise), 0.0
+    with planted(fault.noise_factor, fault.no_clip):
+        r = run_canary_nodes(apps, strategy_fn, initial, nodes=k_clients, rounds=dp.rounds, canary_set=canaries,
+                             clip=float(dp.clip), claimed_noise=claimed, reply_noise=reply_noise, seed=seed, log=log,
+                             keep_final=True)
+    included = np.asarray(r["included"], bool)
+    adaptive = {}
+    if dp.adaptive:
+        wrapper = made["strategy"]
+        adaptive = {"clipped_count_stddev": float(wrapper.clipped_count_stddev),
+                    "update_noise_multiplier": float(wrapper.noise_multiplier)}
+    seconds = {"rounds": r["cost"]["seconds"], "scoring": round(time.perf_counter() - start_time - r["cost"]["seconds"], 3)}
+    return FederationResult(included, {t: np.asarray(v) for t, v in r["scores"].items()},
                             canaries.raw_norm(np.arange(canaries.count)), canaries.node(np.arange(canaries.count)), d,
-                            {"canaries": t_canaries - start_time, "rounds": t_rounds - t_canaries,
-                             "scoring": end - t_rounds}, float(final.norm()), clip_norms,
-                            {"clipped_count_stddev": count_sd, "update_noise_multiplier": update_noise}
-                            if dp.adaptive else {})
+                            seconds, float(r["model_change"]), r["clip_norms"], adaptive, replies=r["reply_test"])

@@ -96,19 +96,23 @@ class _Plan:
 
     def __init__(self, canaries: Canaries, clip: Optional[float]) -> None:
         self.canaries, self.clip = canaries, clip
-        self.metrics: dict = {}  # the round's first real reply's metrics (num-examples: the round's mean)
+        self.metrics: dict = {}  # node k → its real reply's metrics this round (num-examples: the round's mean)
         self.examples: list = []
         self.directions: dict = {}
 
     def direction(self, j: int, dim: int) -> np.ndarray:
-        if j not in self.directions:
-            self.directions[j] = Canaries(self.canaries.count, dim, self.canaries.seed, self.canaries.scale,
-                                          self.canaries.nodes).direction(j).double().numpy()
-        return self.directions[j]
+        if j in self.directions:
+            return self.directions[j]
+        u = Canaries(self.canaries.count, dim, self.canaries.seed, self.canaries.scale,
+                     self.canaries.nodes).direction(j).double().numpy()
+        if len(self.directions) * dim < 50_000_000:  # cached up to 400 MB, rebuilt from its seed beyond
+            self.directions[j] = u
+        return u
 
     def reply_fn(self, j: int):
         """Canary j's train function: θ_t + r_j·C_t·u_j, the metrics of a real reply of the round."""
         raw = float(self.canaries.raw_norm(np.array([j]))[0])
+        home = int(self.canaries.node(np.array([j]))[0])
 
         def train(msg: Message, context) -> Message:
             key, record = next(iter(msg.content.array_records.items()))
@@ -118,7 +122,8 @@ class _Plan:
                 raise FedleakError("canary nodes: no clipping_norm in the train config; pass clip=")
             theta, _ = _floats(record)
             new = theta + raw * clip * self.direction(j, theta.size)
-            metrics = dict(self.metrics) or {"num-examples": 1}
+            # the metric keys of its own node's reply (a key a mod adds, such as the norm bit, is the mod's to add)
+            metrics = dict(self.metrics.get(home) or next(iter(self.metrics.values()), None) or {"num-examples": 1})
             if "num-examples" in metrics and self.examples:
                 metrics["num-examples"] = type(metrics["num-examples"])(np.mean(self.examples))
             return Message(RecordDict({key: _rebuild(record, new), "metrics": MetricRecord(metrics)}), reply_to=msg)
@@ -136,11 +141,12 @@ def canary_app(user_app: ClientApp, train: Callable) -> ClientApp:
 class _Recorder(Strategy):
     """The user's strategy, unchanged; records θ_t, C_t, the canary replies' projections and the aggregates."""
 
-    def __init__(self, strategy: Strategy, plan: _Plan) -> None:
-        self.strategy, self.plan = strategy, plan
+    def __init__(self, strategy: Strategy, plan: _Plan, log=None, total_rounds: int = 0) -> None:
+        self.strategy, self.plan, self.log, self.total_rounds = strategy, plan, log, total_rounds
         self.theta0 = self.theta = None
         self.clip_t, self.clip_norms, self.unit_sum, self.last, self.rounds = None, [], None, None, 0
         self.projection_sum = np.zeros(plan.canaries.count)
+        self.residual_sum = np.zeros(plan.canaries.count)  # ‖reply − θ_t − projection·u‖²/C_t², summed over rounds
         self.replies = np.zeros(plan.canaries.count, int)
 
     def summary(self) -> None:
@@ -165,9 +171,16 @@ class _Recorder(Strategy):
             if 0 <= j < self.plan.canaries.count and not r.has_error() and r.content.array_records:
                 flat, _ = _floats(next(iter(r.content.array_records.values())))
                 u = self.plan.direction(j, flat.size)
-                self.projection_sum[j] += float(u @ (flat - self.theta)) / self.clip_t
+                change = flat - self.theta
+                along = float(u @ change)
+                self.projection_sum[j] += along / self.clip_t
+                self.residual_sum[j] += max(float(change @ change) - along ** 2, 0.0) / self.clip_t ** 2
                 self.replies[j] += 1
-        result = self.strategy.aggregate_train(server_round, replies)
+        try:
+            result = self.strategy.aggregate_train(server_round, replies)
+        except Exception as exc:  # noqa: BLE001 - Flower refusing the replies is itself a finding about the nodes
+            raise FedleakError(f"{type(self.strategy).__name__} refused round {server_round}'s replies "
+                               f"({type(exc).__name__}: {str(exc)[:160]}){_odd_replies(replies)}") from None
         if result and result[0] is not None:
             new, _ = _floats(result[0])
             step = new - self.theta
@@ -175,6 +188,10 @@ class _Recorder(Strategy):
             self.unit_sum = (0 if self.unit_sum is None else self.unit_sum) + (step / norm if norm > 0 else step)
             self.last, self.rounds = new, self.rounds + 1
             self.clip_norms.append(self.clip_t)
+            if self.log:
+                canary = sum(r.metadata.src_node_id >= CANARY_NODE for r in replies)
+                self.log(f"round {self.rounds}/{self.total_rounds}: {len(replies) - canary} nodes + {canary} canary "
+                         f"nodes aggregated by {type(self.strategy).__name__}, clip norm {self.clip_t:.4g}")
         return result
 
     def configure_evaluate(self, server_round, arrays, config, grid):
@@ -183,6 +200,27 @@ class _Recorder(Strategy):
 
     def aggregate_evaluate(self, server_round, replies):
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _odd_replies(replies: list) -> str:
+    """Which nodes' replies lack metric keys the others carry (e.g. adaptiveclipping_mod's norm bit: the mod missing
+    there), as a clause for an error line; real nodes are named 0…K−1, canary nodes by their canary."""
+    keys = {}
+    for r in replies:
+        if not r.has_error() and r.content.metric_records:
+            keys[r.metadata.src_node_id] = set(next(iter(r.content.metric_records.values())).keys())
+    if not keys:
+        return ""
+    every = set.union(*keys.values())
+    odd = sorted(n for n, k in keys.items() if k != every)
+    if not odd or len(odd) == len(keys):
+        return ""
+    real = [str(n - 1) for n in odd if n < CANARY_NODE]
+    canaries = sum(n >= CANARY_NODE for n in odd)
+    missing = sorted(every - set.intersection(*(keys[n] for n in odd)))
+    who = (f"nodes {', '.join(real)}" if real else "") + (" and " if real and canaries else "") + \
+        (f"{canaries} canary nodes running their ClientApps" if canaries else "")
+    return f": the replies of {who} lack {', '.join(missing)}, which the others carry"
 
 
 class _Grid(InlineGrid):
@@ -198,7 +236,7 @@ class _Grid(InlineGrid):
         if node < CANARY_NODE and not reply.has_error() and reply.content.metric_records \
                 and message.metadata.message_type.startswith("train"):
             metrics = dict(next(iter(reply.content.metric_records.values())))
-            self.plan.metrics = self.plan.metrics or metrics
+            self.plan.metrics[node - 1] = metrics
             if "num-examples" in metrics:
                 self.plan.examples.append(float(metrics["num-examples"]))
         return reply
@@ -209,23 +247,47 @@ class _Grid(InlineGrid):
 
 
 def reply_test(projection: np.ndarray, replies: np.ndarray, included: np.ndarray, raw_norm: np.ndarray,
-               node: np.ndarray, nodes: int, reply_noise: float, alpha: float = 0.01) -> list:
-    """Per real node: do its inserted large canaries come back clipped? Mean projection ⟨reply − θ_t, u_j⟩/C_t over
-    its canary replies against 1 (a clipped canary), one-sided z-test with the claimed per-reply noise s/C (0 for
-    central DP: then any excess above float error, 1e-4, is the finding), Bonferroni over the nodes."""
+               node: np.ndarray, nodes: int, reply_noise: float, alpha: float = 0.01,
+               residual: Optional[np.ndarray] = None, dim: int = 0) -> list:
+    """Per real node, from its canary replies alone (what a server without secure aggregation sees):
+
+    * clipping — the mean projection ⟨reply − θ_t, u⟩/C_t of its inserted large canaries against 1 (a clipped
+      canary), one-sided z-test with the claimed per-reply noise s/C (0 for central DP: then any excess above float
+      error, 1e-4, is the finding);
+    * noise (``reply_noise`` > 0, LocalDpMod) — the replies' residual off the canary direction is the mod's noise
+      alone: ‖residual‖²/(s/C)² is χ² with (d − 1) degrees of freedom per reply under the claim; the lower tail
+      tests "less noise than claimed" and ``noise_ratio`` is the measured over the claimed standard deviation.
+
+    Bonferroni over the nodes and the two tests."""
+    from scipy.stats import chi2
     from scipy.stats import norm as normal
 
     out = []
     for k in range(nodes):
-        sel = (node == k) & included & (raw_norm > 1) & (replies > 0)
-        n = int(replies[sel].sum())
-        if n == 0:
+        sel = (node == k) & included & (replies > 0)
+        large = sel & (raw_norm > 1)
+        n = int(replies[large].sum())
+        if not sel.any():
             continue
-        mean = float(projection[sel].sum() / n)
-        sd = max(float(reply_noise), 1e-4) / math.sqrt(n)
-        p = float(normal.sf((mean - 1.0) / sd))
-        out.append({"node": k, "canary_replies": n, "mean_projection": mean, "p_value": p,
-                    "flagged": p < alpha / nodes})
+        row: dict = {"node": k, "canary_replies": int(replies[sel].sum())}
+        p_clip = 1.0
+        if n:
+            mean = float(projection[large].sum() / n)
+            sd = max(float(reply_noise), 1e-4) / math.sqrt(n)
+            p_clip = float(normal.sf((mean - 1.0) / sd))
+            row.update({"mean_projection": mean, "p_clipping": p_clip})
+        p_noise = 1.0
+        if reply_noise > 0 and residual is not None and dim > 1:
+            dof = float(replies[sel].sum()) * (dim - 1)
+            rss = float(residual[sel].sum())
+            p_noise = float(chi2.cdf(rss / reply_noise ** 2, dof))
+            row.update({"noise_ratio": math.sqrt(rss / dof) / reply_noise, "p_noise_low": p_noise})
+        row["p_value"] = min(p_clip, p_noise)
+        row["flagged"] = row["p_value"] < alpha / (2 * nodes)
+        row["reasons"] = ([f"canaries come back unclipped (mean projection {row['mean_projection']:.3g}, 1 if "
+                           "clipped)"] if p_clip < alpha / (2 * nodes) else []) + \
+            ([f"reply noise {row['noise_ratio']:.2g}× the claimed"] if p_noise < alpha / (2 * nodes) else [])
+        out.append(row)
     return out
 
 
@@ -234,7 +296,8 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
                      canaries: int = 200, scale: float = 10.0, clip: Optional[float] = None,
                      claimed_noise: Optional[Callable[[Strategy, int], float]] = None, reply_noise: float = 0.0,
                      seed: int = 0, delta: float = 1e-5, train_config: Optional[ConfigRecord] = None,
-                     node_configs: Optional[list] = None) -> dict:
+                     node_configs: Optional[list] = None, canary_set: Optional[Canaries] = None,
+                     log: Optional[Callable[[str], None]] = None, keep_final: bool = False) -> dict:
     """Run the user's federation with canary nodes in process and test the replies and the aggregates.
 
     ``client_apps``: one ClientApp for every node, one per node, or ``node → ClientApp`` (node 0…K−1; a node built
@@ -243,7 +306,9 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
     (``fraction_train=1``); ``clip``: the canaries' C when the train config carries no ``clipping_norm``
     (LocalDpMod's, server-side wrappers); ``claimed_noise(strategy, n)``: the noise multiplier of the sum the
     canaries should see (default: the chain's ``noise_multiplier``·(n / ``num_sampled_clients``)); ``reply_noise``:
-    the claimed noise on one reply in units of C (LocalDpMod's s/C; 0 for central DP)."""
+    the claimed noise on one reply in units of C (LocalDpMod's s/C; 0 for central DP); ``canary_set``: the canaries
+    (default ``Canaries(canaries, d, seed, scale, nodes)``); ``log``: a line per round; ``keep_final``: also return
+    ``model_change`` ‖θ_T − θ_0‖."""
     from ...privacy.diagnose import diagnose
     from ...privacy.estimate import estimate
     from ...privacy.gdp import composed_mu
@@ -267,7 +332,12 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
         raise FedleakError(f"canary nodes: client_apps must give one flwr ClientApp per node ({nodes})")
     started = time.perf_counter()
     dim = _floats(initial_arrays)[0].size
-    plan = _Plan(Canaries(canaries, dim, int(seed), float(scale), nodes), clip)
+    if canary_set is not None:
+        if canary_set.dim != dim or canary_set.nodes != nodes:
+            raise FedleakError(f"canary nodes: canary_set has {canary_set.dim} dimensions and {canary_set.nodes} "
+                               f"nodes, the federation {dim} and {nodes}")
+        canaries = canary_set.count
+    plan = _Plan(canary_set or Canaries(canaries, dim, int(seed), float(scale), nodes), clip)
     included, raw, node = plan.canaries.included, plan.canaries.raw_norm(np.arange(canaries)), plan.canaries.node(
         np.arange(canaries))
     by_node = {k + 1: apps[k] for k in range(nodes)}
@@ -277,18 +347,21 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
                *({"partition-id": int(node[j]), "num-partitions": nodes, "fedleak-canary": int(j)}
                  for j in np.flatnonzero(included))]
     total = len(by_node)
-    strategy = strategy_fn(total)
+    logger, level = logging.getLogger("flwr"), logging.getLogger("flwr").level
+    logger.setLevel(logging.ERROR)  # Flower's INFO line per mod call and round, its warnings on the audit's FedAvg
+    try:
+        strategy = strategy_fn(total)
+    finally:
+        logger.setLevel(level)
     if not isinstance(strategy, Strategy):
         raise FedleakError(f"canary nodes: strategy_fn must return a Flower Strategy, got {type(strategy).__name__}")
-    recorder = _Recorder(strategy, plan)
+    recorder = _Recorder(strategy, plan, log, rounds)
     grid = _Grid(by_node, plan, node_configs=configs)
     state = np.random.get_state()  # Flower's mods and wrappers draw their noise from numpy's global generator
     np.random.seed(int(np.random.SeedSequence([int(seed), 42]).generate_state(1)[0]))
-    # the identity Flower's runtime gives the ServerApp process (messages take run and node ids from it), and
-    # Flower's INFO line per mod call and round kept out of the user's console
+    # the identity Flower's runtime gives the ServerApp process (messages take run and node ids from it)
     saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)  # noqa: SLF001
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, grid.run.run_id, SUPERLINK_NODE_ID
-    logger, level = logging.getLogger("flwr"), logging.getLogger("flwr").level
     logger.setLevel(logging.WARNING)
     try:
         recorder.start(grid, initial_arrays, num_rounds=rounds, train_config=train_config)
@@ -319,7 +392,8 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
         raise FedleakError("canary nodes: no claimed noise (no DP wrapper's noise_multiplier; pass claimed_noise=)")
     mu = composed_mu(noise, recorder.rounds)
     check = diagnose(scores["all-iterates"], included, raw, node, mu, noise, nodes, delta=delta)
-    replies = reply_test(recorder.projection_sum, recorder.replies, included, raw, node, nodes, reply_noise)
+    replies = reply_test(recorder.projection_sum, recorder.replies, included, raw, node, nodes, reply_noise,
+                         residual=recorder.residual_sum, dim=dim)
     return {"level": "client", "source": "flower canary nodes", "strategy": type(strategy).__name__,
             "nodes": nodes, "canaries": canaries, "canaries_inserted": int(included.sum()), "rounds": recorder.rounds,
             "dimension": dim, "clip_norms": recorder.clip_norms, "delta": delta, "noise_multiplier_seen": noise,
@@ -335,4 +409,5 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
             "sees": ("the server sees replies only: a node's mod is inferred from its canaries' replies (projection "
                      "on the canary direction) and from the released aggregates; a node that does not run the canary "
                      "ClientApp beside its own cannot be audited"),
-            "scores": {t: s.tolist() for t, s in scores.items()}, "included": included.tolist()}
+            "scores": {t: s.tolist() for t, s in scores.items()}, "included": included.tolist(),
+            **({"model_change": float(np.linalg.norm(final))} if keep_final else {})}
