@@ -10,7 +10,7 @@ from fedleak.modality import of
 
 def test_modality_of_data_names():
     assert of("adult").name == "tabular" and of("x/my.CSV").name == "tabular" and of("t.parquet") is not None
-    assert of("digits") is None and of("text") is None and of(None) is None
+    assert of("digits").name == "image" and of("text").name == "text" and of(None).name == "image"
 
 
 def test_audit_adult_is_proved_with_a_record_table(tmp_path):

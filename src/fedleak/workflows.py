@@ -114,13 +114,15 @@ def load_truth(directory: Path, spec, num_samples: int):
         raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
                            f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
     inputs = tensors["inputs"]
-    shape_ok = inputs.dim() >= 1 and len(inputs) == num_samples and (
-        spec.modality == "text" or tuple(inputs.shape[1:]) == tuple(spec.shape))
+    from .modality import named
+
+    modality = named(spec)
+    shape_ok = inputs.dim() >= 1 and len(inputs) == num_samples and modality.truth_shape_ok(inputs, spec)
     if not shape_ok or not bool(inputs.isfinite().all()):
         raise FedleakError(f"{path}: inputs must be {num_samples} finite inputs of shape {tuple(spec.shape)} (the "
                            f"update's N and data spec), got shape {tuple(inputs.shape)}")
     labels = check_labels(tensors["labels"], str(path), len(inputs))
-    if spec.modality != "text" and len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < spec.num_classes:
+    if modality.labels_are_classes() and len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < spec.num_classes:
         raise FedleakError(f"{path}: labels must be class indices 0..{spec.num_classes - 1} (the update's data spec), "
                            f"got values in [{int(labels.min())}, {int(labels.max())}]")
     return ClientData(inputs, labels)

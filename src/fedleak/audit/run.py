@@ -19,23 +19,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .. import data
 from ..errors import FedleakError
 from . import report
 from .execute import malicious
-from .execute import membership as text_membership
-from .execute import text as text_steps
 from .execute.engine import Auditor
 from .execute.progress import reporter
 from .execute.steps import RunContext
 from .execute.tuning import surrogate_clients
-from .judge import membership as judge_membership
-from .judge.verdict import RULE, TEXT_RULE, evidence_sentence
-from .plan import text as text_plan
+from .judge.verdict import evidence_sentence
 from .plan import threats
 from .plan.combinations import check_plans
 from .plan.config import AuditConfig
-from .plan.model_loading import check_fits, prepare_model
 from .plan.points import attack_runs, configured_value, with_configured
 
 FORMAT = "fedleak.audit/2"
@@ -135,66 +129,32 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
 
 
 def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict:
-    """The audit once its configuration is valid and ``out`` is locked: data, model, attacks, outputs."""
+    """The audit once its configuration is valid and ``out`` is locked: the data's modality runs it
+    (:mod:`fedleak.modality`; images and text through :func:`staged`)."""
     from ..modality import of as modality_of
 
+    return modality_of(cfg.data).audit(cfg, out, log, progress, sweep, values, plans, device)
+
+
+def staged(modality, cfg, out: Path, log, progress, sweep, values, plans, device) -> dict:
+    """The audit's shared stages for ``modality`` (images, text): data, model, attacks, outputs. Whatever differs
+    between modalities is the modality object's (:class:`fedleak.modality.Modality`)."""
     started = time.perf_counter()
-    modality = modality_of(cfg.data)  # a modality written as one value (tables) walks its own stages
-    if modality is not None:
-        if cfg.budget is not None:
-            raise FedleakError(f"budget: not supported for {cfg.data!r} audits (their attacks have fixed budgets)")
-        return modality.audit(cfg, out, log, progress, sweep, values, plans, device)
     max_samples = max(s.samples for plan in plans for s in plan.scenarios)
     needed = cfg.clients * max(plan.secagg for plan in plans)
-    is_text = text_plan.is_text(cfg.data)
-    if is_text:  # the model's tokenizer and task decide how the text is cut (audit/plan/text.py)
-        from .plan.default import DEFAULT_MODEL
-
-        model_name = text_plan.model_name(cfg.model, DEFAULT_MODEL)
-        spec, pool, _, _ = text_plan.prepare(cfg, model_name, needed, max_samples)
-    else:
-        model_name = cfg.model
-        spec, pool = data.load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=max_samples,
-                               seed=cfg.seed)
+    model_name, spec, pool = modality.prepare(cfg, needed, max_samples)
     if len(pool) < needed:
         raise FedleakError(f"dataset {cfg.data!r} has {len(pool)} client(s) with {max_samples} samples; the audit "
                            f"needs {needed} ({cfg.clients} target(s) × secure-aggregation K)")
     short = [c.client_id for c in pool if len(c) < max_samples]
     if short:
         raise FedleakError(f"client(s) {', '.join(short[:3])} of {cfg.data!r} hold fewer than {max_samples} samples")
-    text_models: dict = {}
-    outside = text_membership.outside_pool(cfg, model_name, needed, max_samples) if is_text else None
-
-    def model_for(plan):
-        """The text model at this setting's LoRA rank (built once per rank)."""
-        if plan.lora not in text_models:
-            from .plan.flowertune import lora_options, micro_batch
-
-            built = text_plan.build_model(model_name, spec, seed=cfg.model_seed, lora=plan.lora,
-                                           lora_warmup=cfg.lora_warmup, weights=cfg.weights, dropout=cfg.dropout,
-                                           lora_dropout=cfg.lora_dropout, **lora_options(cfg))
-            built.micro_batch = micro_batch(cfg)
-            text_plan.check_fits(built, pool[0].inputs, model_name)
-            text_models[plan.lora] = built.to(device)
-        return text_models[plan.lora]
-
+    outside = modality.outside_pool(cfg, model_name, needed, max_samples)
     show = reporter(progress)
-    if is_text:  # a pretrained model loads for minutes (SmolLM2's GGUF): say so before, not after
-        if show is not None:
-            show({"stage": f"fedleak audit: loading {model_name} for {spec.name} data (a GGUF file is converted "
-                           "on its first load)"})
-        model = model_for(plans[0])
-        text_membership.check_candidates(cfg, model, spec)  # --candidates against the model, before any attack
-        if cfg.malicious:  # the imprint's placement (the token embedding) is checked before any attack runs
-            text_steps.imprint_placement(model, spec)
-    else:
-        model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
-        check_fits(model, pool[0].inputs, spec, cfg.model)
-        malicious.check(cfg, spec, plans)
-        model = model.to(device)
-
+    model_for = modality.models(cfg, model_name, spec, pool, plans, device, show)
+    model = model_for(plans[0])
     try:
-        public = surrogate_clients(cfg, pool, max_samples, model_name if is_text else None) if cfg.tune else ()
+        public = surrogate_clients(cfg, pool, max_samples, modality.surrogate_model(model_name)) if cfg.tune else ()
         context = RunContext(cfg, spec, device, show, tuple(public), budget=threats.AttackBudget.of(cfg))
         auditor = Auditor(context, model, pool)
         n_params = sum(p.numel() for p in model.parameters())
@@ -216,8 +176,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
         points, examples = [], []
         for value, plan in zip(values, plans):
             label = f"{sweep.knob}={value:g}" if sweep else ""
-            if is_text:
-                auditor.model = model_for(plan)
+            auditor.model = model_for(plan)
             point = auditor.point(plan, label)  # execute: the honest-but-curious server, then the malicious one
             if cfg.malicious:
                 malicious.threat_model(auditor, plan, context.at(label), point)
@@ -226,15 +185,7 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             point.data["settings"] = {"defense": plan.defense.to_text(), "secagg": plan.secagg,
                                       "protocols": {s.key: s.protocol.to_json() for s in plan.scenarios},
                                       "samples": {s.key: s.samples for s in plan.scenarios}}
-            if is_text:
-                point.data["settings"].update({"lora": plan.lora, "seq_len": spec.seq_len,
-                                               "trainable_parameters": sum(p.numel() for p in auditor.model.parameters()
-                                                                           if p.requires_grad),
-                                               "training": text_membership.training(auditor.model, cfg)})
-                if text_membership.wanted(cfg):
-                    point.data["membership"] = text_membership.measure_point(cfg, auditor.model, spec, pool, outside,
-                                                                             plan, show)
-                    judge_membership.fold(point.data)  # a finding of the honest server: its verdict and evidence
+            modality.point_extras(cfg, auditor.model, spec, pool, outside, plan, show, point.data)
             point.data["verdicts"] = {k: v["verdict"] for k, v in point.data["threat_models"].items()}
             points.append(point.data)
             examples.append(point.examples)
@@ -242,8 +193,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
             show({"stage": "writing the report"})
         result = {"format": FORMAT, "data": spec.name, "model": model_name, "seed": cfg.seed, "quick": cfg.quick,
                   "parameters": n_params, "config": {**cfg.to_json(), "model": model_name},  # the model that ran
-                  "model_weights": text_plan.weights_note(model_name) if is_text and not cfg.weights else None,
-                  "rule": TEXT_RULE if is_text else RULE, "modality": spec.modality,
+                  "model_weights": modality.weights_note(cfg, model_name),
+                  "rule": modality.rule, "modality": spec.modality,
                   "sweep": sweep.to_json(plans[0].defense if plans[0].defense.active else
                                          next((p.defense for p in plans if p.defense.active), None))
                   if sweep else None, "points": points}
@@ -256,19 +207,8 @@ def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict
                        "epsilon": points[head]["epsilon"], "environment": environment(device)})
         if time_budget is not None:  # with what the attacks took: whether the estimate held, measured
             result["time_budget"] = {**time_budget, "seconds_until_report": round(time.perf_counter() - started, 1)}
-        if is_text:
-            result.update(text_membership.result_entries(cfg, points))
-        result["what_to_change"] = report.what_to_change(result)
-        if is_text:  # a low verdict where the exact attacks could not decide is no protection
-            undecided = [p["value"] for p in points if p["threat_models"]["honest-but-curious"].get("condition_failed")
-                         and p["threat_models"]["honest-but-curious"]["verdict"] != "high"]
-            if undecided:
-                where = (f" at {sweep.label(plans[0].defense)} = {', '.join(f'{v:g}' for v in undecided)}"
-                         if sweep else "")
-                result["what_to_change"].append(
-                    f"Caution{where}: the exact text attacks' precondition failed (too many token inputs for the "
-                    f"span limit — layer width or LoRA rank — or noise filling the span), so they could not decide; "
-                    f"a lower verdict there is no evidence that the text is protected.")
+        result.update(modality.result_entries(cfg, points))
+        result["what_to_change"] = report.what_to_change(result) + modality.cautions(points, sweep, plans)
         from .judge.overall import overall
 
         result["overall"] = overall(result)  # the one line: console, report, metrics.json

@@ -86,7 +86,7 @@ def evaluate(rec: Reconstruction, client: ClientData, spec: DataSpec, *,
     path uses that file. If no usable weights are found, ``"lpips"`` is ``None`` and
     ``"lpips_note"`` says why. Computation happens on the client's device, in the inputs' dtype
     (at least float32). Raises :class:`FedleakError` for shape mismatches, an empty
-    or non-finite client inputs. A text ``spec`` (``modality == "text"``) is scored by
+    or non-finite client inputs. A text ``spec`` is scored by its modality,
     :func:`fedleak.metrics.text.evaluate_text` (ROUGE-1/2/L, exact sequences, token accuracy;
     ``tokenizer`` decodes for ROUGE on text). An empty reconstruction (an attack that recovered nothing, e.g. an
     imprint readout with no occupied bin) scores every original against the mean image.
@@ -95,10 +95,16 @@ def evaluate(rec: Reconstruction, client: ClientData, spec: DataSpec, *,
         raise FedleakError(f"evaluate needs a Reconstruction, got {type(rec).__name__}")
     if not isinstance(client, ClientData):
         raise FedleakError(f"evaluate needs ClientData, got {type(client).__name__}")
-    if getattr(spec, "modality", "image") == "text":  # token sequences: ROUGE, exact sequences (metrics/text.py)
-        from .text import evaluate_text
+    from ..modality import named  # the spec's modality scores it (images below; text: metrics/text.py)
 
-        return evaluate_text(rec, client, spec, tokenizer=tokenizer)
+    return named(spec).score(rec, client, spec, threshold=threshold, clip=clip, match=match, lpips=lpips,
+                             iip_pool=iip_pool, tokenizer=tokenizer)
+
+
+def evaluate_images(rec: Reconstruction, client: ClientData, spec: DataSpec, *,
+                    threshold: float | None = None, clip: bool = True, match: bool = True,
+                    lpips: bool | str | os.PathLike = False, iip_pool: torch.Tensor | None = None) -> dict:
+    """:func:`evaluate` for images (the image modality's metrics: the steps listed there)."""
     originals = _check_images(client.inputs, spec, f"client {client.client_id!r} inputs")
     recs = rec.inputs
     if isinstance(recs, torch.Tensor) and recs.dim() == 4 and tuple(recs.shape[1:]) != tuple(originals.shape[1:]):

@@ -3,25 +3,44 @@ value, not a branch").
 
 A modality says which data names are its own (:meth:`Modality.matches`), and provides the data loading, the
 zoo's default model, the attacks that apply, the metrics, the report section and the verdict's notion of a
-recovered item. :func:`of` returns the modality of an audit's ``data``; adding a modality adds a module here
-and touches no stage module. Tables (:mod:`.tabular`) are the first modality written this way; images and text
-still run the audit's original stages (``of`` returns ``None`` for them).
+recovered item (:mod:`.base`). :func:`of` returns the modality of an audit's ``data``, :func:`named` the one a
+:class:`~fedleak.types.DataSpec` or a result names; adding a modality adds a package here and touches no stage
+module. Images (:mod:`.image`) and text (:mod:`.text`) walk the audit's shared stages; tables (:mod:`.tabular`)
+walk their own.
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 from .base import Modality
+from .image import IMAGE
 from .tabular import TABULAR
+from .text import TEXT
 
-#: every modality that runs through this interface, in the order they are asked
-MODALITIES: tuple[Modality, ...] = (TABULAR,)
-
-
-def of(data) -> Optional[Modality]:
-    """The modality whose data ``data`` names (``None``: the image/text stages of :mod:`fedleak.audit`)."""
-    return next((m for m in MODALITIES if m.matches(data)), None)
+#: every modality, in the order a data name is asked (images last: they take every name no other claims)
+MODALITIES: tuple[Modality, ...] = (TABULAR, TEXT, IMAGE)
+_BY_NAME = {m.name: m for m in MODALITIES}
 
 
-__all__ = ["MODALITIES", "Modality", "of"]
+def of(data) -> Modality:
+    """The modality whose data ``data`` (a name or a path) names."""
+    return next(m for m in MODALITIES if m.matches(data))
+
+
+def named(name) -> Modality:
+    """The modality called ``name`` (a :attr:`DataSpec.modality <fedleak.types.DataSpec.modality>`, a result's
+    ``"modality"``; images when absent), or of ``name``'s own ``modality`` attribute or key."""
+    if isinstance(name, dict):
+        name = name.get("modality")
+    elif name is not None and not isinstance(name, str):
+        name = getattr(name, "modality", None)
+    return _BY_NAME.get(name or "image", IMAGE)
+
+
+def attack_owner(module: str) -> Modality:
+    """The modality whose attack package (:attr:`Modality.attack_package`, the longest that fits) defines an attack
+    class in ``module``."""
+    return max((m for m in MODALITIES if module.startswith(m.attack_package)), key=lambda m: len(m.attack_package),
+               default=IMAGE)
+
+
+__all__ = ["IMAGE", "MODALITIES", "Modality", "TABULAR", "TEXT", "attack_owner", "named", "of"]

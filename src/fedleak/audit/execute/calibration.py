@@ -28,7 +28,7 @@ def fit(auditor, plans: list, budget_s: float, started: float):
     plan = plans[0]
     work = []
     for scenario in plan.scenarios:
-        choices = (threats.honest_attacks(scenario.key, ctx.budget, override=override, text=auditor.text)
+        choices = (threats.honest_attacks(scenario.key, ctx.budget, auditor.modality, override=override)
                    if (override or not cfg.attacks) else [])
         choices = [c for c in choices if threats.kind(c.name) == "optimization"]
         if not choices:

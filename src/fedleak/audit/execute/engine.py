@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ... import metrics
 from ...attacks.optimize import progress_reporter
 from ...errors import FedleakError
 from ...fl import client_update
@@ -23,13 +22,12 @@ from ...fl.accounting import PrivacyParameters, federation_epsilon
 from ...fl.secagg import concatenate, secure_aggregate
 from ...runs.interrupt import responsive
 from ...types import ClientData, Reconstruction
-from ..judge.verdict import SOK_THREAT_MODELS, converged, judge_evidence, judge_text, sok_letter
+from ..judge.verdict import SOK_THREAT_MODELS, converged, judge_evidence, sok_letter
 from ..plan import threats
 from ..plan.config import Plan, Scenario
 from ..plan.default import describe
-from . import text as text_steps
 from .progress import optimizer_callback
-from .steps import RunContext, event, example, summarize
+from .steps import RunContext, event
 from .tuning import tuned_choice
 
 
@@ -89,36 +87,27 @@ class Auditor:
         return self.context.spec
 
     @property
-    def text(self) -> bool:
-        return self.context.text
+    def modality(self):
+        return self.context.modality
 
     # -- modality ------------------------------------------------------------------------------
     def evaluate(self, rec: Reconstruction, truth: ClientData, model=None) -> dict:
-        """The reconstruction's scores against ``truth`` (text: with the model's tokenizer)."""
-        tokenizer = getattr(model if model is not None else self.model, "tokenizer", None)
-        if self.text and tokenizer is None:
-            tokenizer = getattr(getattr(model, "base", None), "tokenizer", None)
-        return metrics.evaluate(rec, truth, self.spec, tokenizer=tokenizer) if self.text \
-            else metrics.evaluate(rec, truth, self.spec)
+        """The reconstruction's scores against ``truth`` (the modality's metrics; ``model``: the attacked model)."""
+        return self.modality.evaluate(rec, truth, self.spec, model, self.model)
 
     def example(self, rec: Reconstruction, truth: ClientData, scores: dict):
-        """What the report shows of the first target: an image grid, or sequences token by token."""
-        if self.text:
-            return text_steps.example(rec, truth, self.spec, scores, getattr(self.model, "tokenizer", None))
-        return example(rec, truth, self.spec, scores)
+        """What the report shows of the first target (an image grid, sequences token by token)."""
+        return self.modality.example(rec, truth, self.spec, scores, self.model)
 
     def summarize(self, per_target: list, seconds: float, choice, rec: Optional[Reconstruction] = None) -> dict:
         """One attack's summary over the targets (``metrics.json``'s keys for the modality)."""
-        if self.text:
-            exactness = rec.extras.get("exactness") if rec is not None else None
-            return text_steps.summarize(per_target, seconds, choice, exactness)
-        return summarize(per_target, seconds, choice)
+        return self.modality.summarize(per_target, seconds, choice, rec)
 
     def judge(self, scores: dict, knowledge: Optional[dict] = None, required=(), optimization=()) -> dict:
-        """The verdict and its evidence (:func:`~fedleak.audit.judge.verdict.judge_evidence`); text is judged by
-        exact sequences."""
+        """The verdict and its evidence (:func:`~fedleak.audit.judge.verdict.judge_evidence`), on the modality's
+        notion of a recovered item (text: exact sequences)."""
         preset = self.config.extra.get("flowertune") or {}  # a preset that chose the attacks says so
-        return judge_evidence(scores, knowledge=knowledge, base=judge_text(scores) if self.text else None,
+        return judge_evidence(scores, knowledge=knowledge, base=self.modality.judge_base(scores),
                               required_exact=list(dict.fromkeys(required)),
                               required_optimization=list(dict.fromkeys(optimization)),
                               chosen_by=preset.get("attacks_chosen_by") or "--attacks")
@@ -155,23 +144,20 @@ class Auditor:
         honest_scores, required_all, optimization_all = {}, {}, {}
         for scenario in plan.scenarios:
             groups = self.targets(plan, scenario.samples)
-            choices = (threats.honest_attacks(scenario.key, ctx.budget, override=override, text=self.text)
+            choices = (threats.honest_attacks(scenario.key, ctx.budget, self.modality, override=override)
                        if (override or not cfg.attacks) else [])
             # every exact attack applicable here runs, whatever --attacks says (low needs each; issue 27)
-            required = threats.required_exact(self.model, scenario.protocol, scenario.samples, text=self.text)
+            required = self.modality.required_exact(self.model, scenario.protocol, scenario.samples)
             named = {c.name for c in choices}
-            choices = choices + [c for c in threats.exact_attacks(self.model, scenario.protocol, scenario.samples,
-                                                                  seed=cfg.seed, text=self.text)
-                                 if c.name not in named]
+            choices = choices + [c for c in threats.exact_attacks(required, seed=cfg.seed) if c.name not in named]
             required_all.setdefault(scenario.key, required)
-            optimization_all.setdefault(scenario.key, threats.required_optimization(scenario.key, text=self.text))
+            optimization_all.setdefault(scenario.key, self.modality.required_optimization(scenario.key))
             tuning_records = self.tune(choices, scenario, plan, ctx) if cfg.tune else {}
             choices = [tuned_choice(c, tuning_records[c.name]) if c.name in tuning_records else c for c in choices]
-            entry = {"text": describe(scenario.protocol, scenario.samples, plan.secagg),
+            entry = {"text": self.modality.scenario_text(describe(scenario.protocol, scenario.samples, plan.secagg),
+                                                         self.spec),
                      "protocol": scenario.protocol.to_json(), "num_samples": scenario.samples,
                      "clients_per_target": plan.secagg, "targets": len(groups), "attacks": {}}
-            if self.text:
-                entry["text"] = entry["text"].replace("images", f"sequences of {self.spec.seq_len} tokens")
             updates = []
             for t, group in enumerate(groups):
                 ctx.event(f"{scenario.key}: client update {t + 1}/{len(groups)}")
@@ -238,7 +224,7 @@ class Auditor:
         first = plan.scenarios[0].protocol
         bn = ("train" if first.train_mode else "eval") if has_batchnorm(self.model) else "no BatchNorm"
         # surrogate data: the tuner's public clients (honest); the public text a text imprint's bins are fitted to
-        auxiliary = (bool(self.config.tune) and not malicious) or (malicious and self.text)
+        auxiliary = (bool(self.config.tune) and not malicious) or (malicious and self.modality.malicious_uses_auxiliary)
         letter = sok_letter(malicious, auxiliary, True)
         return {"threat_model_sok": letter, "threat_model_sok_name": SOK_THREAT_MODELS[letter],
                 "sok_dimensions": {"modifies the model": malicious, "uses auxiliary data": auxiliary,

@@ -28,8 +28,7 @@ from ...models.loki import check_budget, loki
 from ...runs.interrupt import responsive
 from ..plan import threats
 from ..plan.config import Scenario
-from . import text as text_steps
-from .steps import VERBATIM_DB, event, verbatim
+from .steps import VERBATIM_DB, event
 
 ASSUMPTION = ("LOKI's threat model: the server ships every client of the aggregate its own model (per-client "
               "convolution kernels); clients do not compare the model they received with their peers'")
@@ -101,7 +100,7 @@ def imprint_run(auditor, plan, name: Optional[str]) -> MaliciousRun:
     structure = "cumulative" if scenario.protocol.algorithm == "fedsgd" else "sparse"
     name = name or ("imprint" if structure == "cumulative" else "imprint-sparse")
     base = copy.deepcopy(auditor.model).cpu()
-    placement = text_steps.imprint_placement(base, spec) if auditor.text else {}
+    placement = auditor.modality.imprint_placement(base, spec)  # images: in front of the model
     shipped = imprint(base, spec, bins=cfg.bins, structure=structure, linfunc="randn",
                       gain=1.0 if structure == "cumulative" else 1e-3, seed=cfg.seed,
                       **placement).to(auditor.context.device)
@@ -153,7 +152,7 @@ def run(auditor, plan, setup: MaliciousRun, ctx, result) -> dict:
         scores = auditor.evaluate(rec, truth, shipped)
         scores["target"] = truth.client_id
         per_target.append(scores)
-        found += verbatim(scores, auditor.text)
+        found += auditor.modality.verbatim(scores)
         total += len(truth)
         if t == 0:
             result.examples[("malicious", choice.title)] = auditor.example(rec, truth, scores)

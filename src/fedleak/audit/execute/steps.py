@@ -16,7 +16,7 @@ import torch
 from ...types import ClientData, DataSpec, Reconstruction
 from ..plan.threats import AttackBudget
 
-#: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies)
+#: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies; the image modality's count)
 VERBATIM_DB = 60.0
 SUMMARY_KEYS = ("psnr", "ssim", "rec_percent", "iip", "label_count_error")
 
@@ -37,8 +37,11 @@ class RunContext:
     budget: AttackBudget = field(default_factory=AttackBudget)
 
     @property
-    def text(self) -> bool:
-        return getattr(self.spec, "modality", "image") == "text"
+    def modality(self):
+        """The data's modality object (:mod:`fedleak.modality`): what differs between images and text."""
+        from ...modality import named
+
+        return named(self.spec)
 
     def at(self, label: str) -> "RunContext":
         """This context at one sweep point (``label`` prefixes its progress stages)."""
@@ -101,11 +104,3 @@ def example(rec: Reconstruction, truth: ClientData, spec: DataSpec, scores: dict
     matched = torch.stack([recs[i] if i is not None else torch.full_like(originals[0], float("nan"))
                            for i in scores["assignment"]])
     return Example(originals[:16], matched[:16], scores["psnr_per_input"][:16], scores["threshold"])
-
-
-def verbatim(scores: dict, text: bool) -> int:
-    """How many inputs of one target were read back verbatim: PSNR above :data:`VERBATIM_DB`, or for text
-    recovered token for token."""
-    if text:
-        return int(round(scores["exact_sequences"] * scores["num_inputs"]))
-    return sum(1 for p in scores["psnr_per_input"] if p is not None and p > VERBATIM_DB)

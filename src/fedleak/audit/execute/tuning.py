@@ -25,7 +25,6 @@ import dataclasses
 import time
 from typing import Callable, Optional
 
-from ... import metrics
 from ...attacks.base import ATTACKS, ensure_loaded
 from ...errors import FedleakError
 from ...fl import client_update
@@ -63,18 +62,16 @@ def search_space(name: str) -> list[str]:
 def score(rec, truth: ClientData, spec: DataSpec, model) -> float:
     """A trial's score on one surrogate client: images, the mean PSNR (dB); text, the share of sequences
     recovered exactly (× 100) plus the mean ROUGE-1 — exact recoveries first, ROUGE-1 breaking ties."""
-    if getattr(spec, "modality", "image") == "text":
-        tokenizer = getattr(model, "tokenizer", None) or getattr(getattr(model, "base", None), "tokenizer", None)
-        scores = metrics.evaluate(rec, truth, spec, tokenizer=tokenizer)
-        return 100.0 * float(scores["exact_sequences"] or 0.0) + float(scores["rouge1"] or 0.0)
-    return float(metrics.evaluate(rec, truth, spec)["psnr"])
+    from ...modality import named
+
+    return named(spec).tuning_score(rec, truth, spec, model)
 
 
 def metric_name(spec: DataSpec) -> str:
     """What :func:`score` measures, for the record and the report."""
-    if getattr(spec, "modality", "image") == "text":
-        return "100 × exact-sequence share + mean ROUGE-1"
-    return "mean PSNR (dB)"
+    from ...modality import named
+
+    return named(spec).tuning_metric
 
 
 def tune(choice: AttackChoice, model, spec: DataSpec, protocol, public: list[ClientData], *, trials: int,
@@ -152,9 +149,9 @@ def tune(choice: AttackChoice, model, spec: DataSpec, protocol, public: list[Cli
         "trials": [{"number": t.number, "params": t.params, "score": t.value} for t in study.trials],
         "seconds": time.perf_counter() - start, "sampler": f"TPE(seed={seed})",
     }
-    if getattr(spec, "modality", "image") != "text":
-        record.update({"default_psnr": record["default_score"], "best_psnr": record["best_score"]})
-    return record
+    from ...modality import named
+
+    return named(spec).tuning_record(record)
 
 
 def tuned_choice(choice: AttackChoice, record: dict) -> AttackChoice:

@@ -12,12 +12,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ...errors import FedleakError, unknown_choice
+from ...modality.text import TEXT_ONLY  # noqa: F401  (keys only a text audit reads, with their unset values)
 from . import threats
-from .text import is_text
-
-#: keys that only a text audit (``data: text``) reads, with their unset values
-TEXT_ONLY = {"seq_len": None, "lora": None, "lora_warmup": 0, "text_field": "text", "label_field": "label",
-             "dropout": "shipped", "lora_dropout": None, "flowertune": False, "membership": None, "candidates": None}
 
 
 def check_combinations(cfg, sweep: Optional[object]) -> None:
@@ -28,21 +24,20 @@ def check_combinations(cfg, sweep: Optional[object]) -> None:
     ``None``); named in words, not imported, since ``config`` calls this while it is made (no import circle)."""
     from .model_loading import check_model
 
-    check_model(cfg.model, cfg.weights, load=False)  # name, folder, GGUF, factory, weights: before any data
-    text = is_text(cfg.data)
-    if not text:
-        from ...modality import of as modality_of
+    from ...modality import of as modality_of
 
-        own = getattr(modality_of(cfg.data), "options", ())  # the options a modality object takes (a table's label)
-        given = [k for k, unset in TEXT_ONLY.items() if getattr(cfg, k) != unset and k not in own]
-        if given:
-            raise FedleakError(f"--{given[0].replace('_', '-')} applies to text audits only (--data text); "
-                               f"this audit is of {cfg.data!r} images")
-        if sweep is not None and sweep.knob == "lora":
-            raise FedleakError(f"--sweep lora=... applies to text audits only (--data text); this audit is of "
-                               f"{cfg.data!r} images, where LoRA changes nothing")
+    check_model(cfg.model, cfg.weights, load=False)  # name, folder, GGUF, factory, weights: before any data
+    modality = modality_of(cfg.data)
+    own = modality.options  # the options a modality object takes (text: all of TEXT_ONLY; a table: its label)
+    given = [k for k, unset in TEXT_ONLY.items() if getattr(cfg, k) != unset and k not in own]
+    if given:
+        raise FedleakError(f"--{given[0].replace('_', '-')} applies to text audits only (--data text); "
+                           f"this audit is of {cfg.data!r} {modality.items}")
     lora_swept = sweep is not None and getattr(sweep, "knob", None) == "lora"
-    if text and cfg.lora_dropout is not None and cfg.lora is None and not cfg.flowertune and not lora_swept:
+    if lora_swept and "lora" not in own:
+        raise FedleakError(f"--sweep lora=... applies to text audits only (--data text); this audit is of "
+                           f"{cfg.data!r} {modality.items}, where LoRA changes nothing")
+    if cfg.lora_dropout is not None and cfg.lora is None and not cfg.flowertune and not lora_swept:
         raise FedleakError(f"--lora-dropout {cfg.lora_dropout:g} is PEFT's adapter dropout: it needs --lora R (or "
                            "--flowertune); without an adapter it would change nothing")
     if cfg.candidates:  # the file is read (and refused) when the config is made, not when the run reaches it
@@ -57,14 +52,14 @@ def check_combinations(cfg, sweep: Optional[object]) -> None:
             if name not in ATTACKS:
                 raise unknown_choice("attack (--attacks)", name, ATTACKS)
         honest = [n for n in cfg.attacks if n not in threats.MALICIOUS_NAMES]
-        kinds = {n: "text" if ATTACKS[n].cls.__module__.startswith("fedleak.attacks.text") else "image"
-                 for n in honest}
-        wrong = [n for n, kind in kinds.items() if (kind == "text") != text]
+        wrong = [n for n in honest if not modality.accepts_attack(ATTACKS[n].cls.__module__)]
         if wrong:
-            fits = sorted(n for n, e in ATTACKS.items()
-                          if e.cls.__module__.startswith("fedleak.attacks.text") == text)
-            raise FedleakError(f"--attacks {wrong[0]} is an {kinds[wrong[0]]} attack; this audit is of "
-                               f"{'text' if text else 'images'}: use {', '.join(fits[:12])}")
+            from ...modality import attack_owner
+
+            kind = attack_owner(ATTACKS[wrong[0]].cls.__module__).name
+            fits = sorted(n for n, e in ATTACKS.items() if modality.accepts_attack(e.cls.__module__))
+            raise FedleakError(f"--attacks {wrong[0]} is an {kind} attack; this audit is of "
+                               f"{modality.items}: use {', '.join(fits[:12])}")
 
 
 def check_plans(cfg, plans: list) -> None:
@@ -73,14 +68,12 @@ def check_plans(cfg, plans: list) -> None:
     if lora and cfg.malicious:
         raise FedleakError("--lora with the malicious threat model: the imprint block reads tokens through the "
                            "embedding table, which a LoRA update does not carry; add --no-malicious")
-    text = is_text(cfg.data)
-    if lora and not text:
+    from ...modality import of as modality_of
+
+    modality = modality_of(cfg.data)
+    if lora and "lora" not in modality.options:
         raise FedleakError("--lora applies to language models (--data text)")
     text_names = set(threats.TEXT_BUDGETS) | set(threats.TEXT_EXACT_ATTACKS) | set(threats.TEXT_HONEST_ATTACKS["fedsgd"])
     for name in cfg.attacks or ():
-        if name in threats.MALICIOUS_NAMES:
-            continue
-        if text and name not in text_names:
-            raise FedleakError(f"--attacks {name}: an image attack; a text audit takes {', '.join(sorted(text_names))}")
-        if not text and name in text_names:
-            raise FedleakError(f"--attacks {name}: a text attack; it needs --data text")
+        if name not in threats.MALICIOUS_NAMES:
+            modality.check_attack_name(name, text_names)

@@ -44,7 +44,9 @@ def apply(cfg, device: str = "cpu"):
     from .default import DEFAULT_DATA, DEFAULT_MODEL
 
     data = "text" if cfg.data == DEFAULT_DATA else cfg.data
-    if str(data).strip().lower() != "text":
+    from ...modality import TEXT
+
+    if not TEXT.matches(str(data)):
         raise FedleakError(f"--flowertune audits a language model's clients: it needs --data text, got {cfg.data!r}")
 
     given_seq = cfg.seq_len is not None

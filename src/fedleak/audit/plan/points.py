@@ -6,7 +6,6 @@ from __future__ import annotations
 from ...errors import FedleakError
 from . import threats
 from .config import AuditConfig
-from .text import is_text
 
 
 def configured_value(cfg: AuditConfig, knob: str):
@@ -56,15 +55,17 @@ def with_configured(sweep, value):
 def attack_runs(cfg: AuditConfig, plans: list, model=None) -> int:
     """How many attacks the audit will run (the engine's choice of attacks per scenario, per target), the exact
     attacks it adds whatever ``--attacks`` says included when ``model`` is given."""
-    text = is_text(cfg.data)
+    from ...modality import of as modality_of
+
+    modality = modality_of(cfg.data)
     override = threats.honest_override(cfg.attacks)
     budget = threats.AttackBudget.of(cfg)
     per_target = 0
     for plan in plans:
         for s in plan.scenarios:
-            names = [c.name for c in threats.honest_attacks(s.key, budget, override=override, text=text)
+            names = [c.name for c in threats.honest_attacks(s.key, budget, modality, override=override)
                      ] if (override or not cfg.attacks) else []
             if model is not None:
-                names += [n for n in threats.required_exact(model, s.protocol, s.samples, text=text) if n not in names]
+                names += [n for n in modality.required_exact(model, s.protocol, s.samples) if n not in names]
             per_target += len(names)
     return cfg.clients * (per_target + (len(plans) if cfg.malicious else 0))

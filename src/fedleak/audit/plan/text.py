@@ -23,10 +23,6 @@ DEFAULT_SEQ_LEN = 16
 TOY_LM = "text-transformer"
 
 
-def is_text(data_name: str) -> bool:
-    return isinstance(data_name, str) and data_name.strip().lower() == "text"
-
-
 def model_name(configured: str, default_image_model: str) -> str:
     """The text audit's model: the configured one, ``minilm`` where the image default was left."""
     return DEFAULT_TEXT_MODEL if configured == default_image_model else configured

@@ -111,9 +111,10 @@ class AttackBudget:
         return dataclasses.replace(choice, options={**choice.options, key: shortened})
 
 
-def honest_attacks(algorithm: str, budget: AttackBudget, *, override=None, text: bool = False) -> list[AttackChoice]:
-    """The honest server's attacks on ``algorithm`` (those of ``override`` when given), at ``budget``."""
-    names = list(override) if override else (text_attacks(algorithm) if text else list(HONEST_ATTACKS[algorithm]))
+def honest_attacks(algorithm: str, budget: AttackBudget, modality, *, override=None) -> list[AttackChoice]:
+    """The honest server's attacks on ``algorithm`` (those of ``override`` when given, else the ``modality``'s:
+    :meth:`fedleak.modality.Modality.honest_attacks`), at ``budget``."""
+    names = list(override) if override else modality.honest_attacks(algorithm)
     return [budget.choose(n) for n in names]
 
 
@@ -189,36 +190,12 @@ def exact_applicable(model, protocol, samples: int) -> Optional[str]:
     return None
 
 
-def required_exact(model, protocol, samples: int, *, text: bool = False) -> list[str]:
-    """The exact attacks applicable to this model and protocol: the audit runs them whatever ``--attacks`` says,
-    and ``low`` needs each to have run (:func:`fedleak.audit.judge.verdict.judge_evidence`).
-
-    Images: the row/bias ratio for one sample, SPEAR for a batch, when the first layer is linear with a bias and
-    the update is one gradient step. Text: DAGER for every registered transformer (its precondition, the span
-    test, is decided per update and reported).
-    """
-    ensure_loaded()
-    if text:
-        return [n for n in TEXT_EXACT_ATTACKS if n in ATTACKS and _transformer(model)]
-    if exact_applicable(model, protocol, samples) is not None:
-        return []
-    return ["analytic-fc" if samples == 1 else "spear"]
-
-
-def required_optimization(algorithm: str, *, text: bool = False) -> list[str]:
-    """The threat model's default optimization attacks for ``algorithm``: ``low`` needs each to have run (tuned,
-    at ≥ 4× its budget), so ``--attacks`` naming only an exact attack cannot earn ``low`` by leaving them out."""
-    ensure_loaded()
-    names = TEXT_HONEST_ATTACKS[algorithm] if text else HONEST_ATTACKS[algorithm]
-    return [n for n in names if n in ATTACKS and kind(n) == "optimization"]
-
-
-def _transformer(model) -> bool:
+def transformer(model) -> bool:
     """Whether DAGER can probe the model (a Hugging Face transformer, possibly with LoRA adapters)."""
     return getattr(model, "hf", None) is not None or hasattr(model, "base") and getattr(model.base, "hf", None) is not None
 
 
-def exact_attacks(model, protocol, samples: int, *, seed: int = 0, text: bool = False) -> list[AttackChoice]:
-    """The exact attacks of :func:`required_exact`, with the audit's options."""
-    return [choose(n, quick=False, iterations=None, seed=seed)
-            for n in required_exact(model, protocol, samples, text=text)]
+def exact_attacks(names, *, seed: int = 0) -> list[AttackChoice]:
+    """The exact attacks ``names`` (a modality's :meth:`~fedleak.modality.Modality.required_exact`: the audit runs
+    them whatever ``--attacks`` says, and ``low`` needs each to have run), with the audit's options."""
+    return [choose(n, quick=False, iterations=None, seed=seed) for n in names]

@@ -15,9 +15,7 @@ from typing import Optional
 from PIL import Image
 
 from ...report import CSS, html_images, html_text
-from . import figures
-from . import text as text_report
-from .tables import IMAGE, TEXT
+from .tables import IMAGE
 from ..plan.threats import HONEST, MALICIOUS
 from ..judge.verdict import BUDGET_FACTOR_FOR_LOW, COLOURS, EVIDENCE_RULE, MIN_TUNE_TRIALS, RULE, evidence_sentence
 
@@ -35,9 +33,16 @@ td.v { color: #fff; font-weight: 600; }
 """
 
 
+def modality_of(*records: dict):
+    """The modality a result, point or threat model names (:func:`fedleak.modality.named`; images when none does)."""
+    from ...modality import named
+
+    return named(next((r.get("modality") for r in records if isinstance(r, dict) and r.get("modality")), None))
+
+
 def _table(point: dict):
-    """The point's table configuration (:mod:`.tables`): text or images."""
-    return TEXT if any(text_report.is_text(tm) for tm in point.get("threat_models", {}).values()) else IMAGE
+    """The point's table configuration (:mod:`.tables`): the modality's."""
+    return modality_of(*point.get("threat_models", {}).values()).table
 
 
 def rows(point: dict) -> list[dict]:
@@ -72,31 +77,13 @@ def verdict_colour(verdict: str, quick: bool = False) -> str:
 
 
 def verdict_sentence(name: str, tm: dict, prefix: bool = True, quick: bool = False) -> str:
-    if text_report.is_text(tm):
-        return text_report.verdict_sentence(THREAT_TITLES[name], tm, prefix)
-    head = f"{THREAT_TITLES[name]}: {verdict_label(tm['verdict'], quick)}. " if prefix else ""
-    if tm["verdict"] == "not run":
-        why = tm.get("not_run_reason") or "no attack of this threat model ran"
-        return f"{THREAT_TITLES[name]}: not evaluated ({why})."
-    if tm.get("sentence"):  # a result that states its own (a Flower run: what the server saw, client-reported data)
-        return f"{head}{tm['sentence']}"
-    caveat = f" {QUICK_CAVEAT}" if quick and tm["verdict"] in ("low", "medium") else ""
-    return (f"{head}Its strongest attack, {tm['strongest']}, reconstructs {tm['rec_percent']:.0f}% of a client's "
-            f"images recognizably (best mean PSNR {tm['psnr']:.1f} dB).{caveat}")
+    """A threat model's verdict in one sentence, in the words of its modality."""
+    return modality_of(tm).verdict_sentence(THREAT_TITLES[name], tm, prefix, quick)
 
 
 def imprint_sentence(mal: dict) -> str:
     """The malicious result, stated once: verbatim count, Rec% threshold, Proposition 1's expectation."""
-    if text_report.is_text(mal):
-        return text_report.imprint_sentence(mal)
-    if mal.get("sentence"):
-        return mal["sentence"]
-    n = mal["num_inputs"]
-    return (f"The server ships a {mal['bins']}-bin imprint block ({mal['added_parameters']:,} parameters) in front of "
-            f"the model. From the update it reads back {mal['verbatim_count']} of {n} images verbatim (PSNR above "
-            f"{mal['verbatim_db']:.0f} dB); Proposition 1 of Fowl et al. expects {mal['expected_count']:.1f} of {n} "
-            f"(inputs alone in their bin). {mal['rec_percent']:.0f}% of the images are recognizable (PSNR above "
-            f"{mal['threshold']:g} dB), with no optimization, in {mal['seconds']:.2f} s.")
+    return modality_of(mal).imprint_sentence(mal)
 
 
 def loki_sentence(mal: dict) -> str:
@@ -298,6 +285,7 @@ def _setup_text(result: dict) -> str:
 def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     """``report.html`` in ``out``; ``examples`` per point: {(scenario, attack): Example}; ``plots``: name -> image."""
     first = result["points"][0]
+    modality = modality_of(result)
     title = "fedleak audit: what a server can reconstruct from your clients' updates"
     parts = []
     head = result["points"][result.get("headline", 0)]
@@ -320,35 +308,14 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
     for index in shown:
         point = result["points"][index]
         label = "" if not result.get("sweep") else f" at {result['sweep']['label']} = {point['value']:g}"
-        if text_report.is_text(result):
-            parts.append(_section(f"Results{label}", f"results-{index}",
-                                  *text_report.results_body(point, examples[index])))
-            continue
-        body = [IMAGE.html(point)]
-        if "malicious" in point["scenarios"]:
-            body.append(html_text(imprint_sentence(point["scenarios"]["malicious"])))
-        images = [(f"{scenario}: {attack}: originals (top) vs reconstructions (bottom), each with its PSNR; "
-                   f"{figures.LEGEND}",
-                   figures.labelled_grid(ex.originals, ex.reconstructions, ex.psnr, ex.threshold))
-                  for (scenario, attack), ex in examples[index].items()]
-        body.append(html_images(images))
-        parts.append(_section(f"Results{label}", f"results-{index}", *body))
+        parts.append(_section(f"Results{label}", f"results-{index}", *modality.results_body(point, examples[index])))
     plot_images = [(caption, img) for caption, img in plots.values()]
     parts.append(_section("Plots", "plots", html_images(plot_images)))
-    how_to_read = text_report.HOW_TO_READ if text_report.is_text(result) else None
-    parts.append(_section("How to read this report", "how-to-read", html_text(how_to_read or
-        "Each grid pairs a client's private image (top) with what the server reconstructed from the update alone "
-        "(bottom), matched by PSNR (Hungarian assignment), with the pair's PSNR. The threshold (20 dB; 19 dB for "
-        "CIFAR-100) is the papers' Rec% rule (Dimitrov et al., App. A.8), a count for comparing attacks, not a "
-        "verdict on what an eye can read: pairs above it are labelled 'recognizable' (green), pairs up to "
-        f"{figures.BORDERLINE_DB:g} dB below it 'borderline' (amber: often still legible), lower ones "
-        "'not recognizable' (red). Identified images "
-        "(IIP) is the share whose reconstruction is closer to its original than to any other of the client's "
-        "images. metrics.json holds every number, the full configuration and one entry per sweep value.")))
+    parts.append(_section("How to read this report", "how-to-read", html_text(modality.how_to_read)))
     document = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
                 f"<title>{html.escape(title)}</title><style>{CSS}{_EXTRA_CSS}"
-                f"{text_report.CSS if text_report.is_text(result) else ''}</style></head>\n"
+                f"{modality.css}</style></head>\n"
                 f"<body><main><h1>{html.escape(title)}</h1>\n" + "\n".join(parts)
                 + "\n<footer>Generated by fedleak audit.</footer></main></body></html>\n")
     path = out / "report.html"
@@ -357,40 +324,9 @@ def write_report(out: Path, result: dict, examples: list, plots: dict) -> Path:
 
 
 def make_plots(result: dict, examples: list) -> dict:
-    """name -> (caption, PIL image): the PSNR distribution and, with a sweep, the leakage curve."""
-    if text_report.is_text(result):
-        return text_report.make_plots(result, THREAT_TITLES)
-    first = result["points"][0]
-    series, threshold = {}, 20.0
-    for key, scenario in first["scenarios"].items():
-        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
-        for name, s in attacks.items():
-            series[f"{key}: {s['title']}"] = s["psnr_per_input"]
-            threshold = s["threshold"]
-    plots = {"psnr-distribution": ("Per-image PSNR of each attack" + (
-        f" at {result['sweep']['label']} = {first['value']:g}" if result.get("sweep") else ""),
-        figures.psnr_distribution(series, threshold))}
-    sweep = result.get("sweep")
-    if sweep:
-        values = [p["value"] for p in result["points"]]
-        curves = {THREAT_TITLES[n]: [p["threat_models"][n]["rec_percent"] for p in result["points"]]
-                  for n in first["threat_models"]}
-        psnr_curves = {}
-        for key, scenario in first["scenarios"].items():
-            names = [scenario["attack"]] if key == "malicious" else list(scenario["attacks"])
-            for t in names:
-                title = scenario["title"] if key == "malicious" else scenario["attacks"][t]["title"]
-                psnr_curves[f"{key}: {title}"] = [
-                    (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][t]).get("psnr")
-                    for p in result["points"]]
-        epsilon = None
-        if any(p.get("epsilon") for p in result["points"]):
-            epsilon = [max((e.get("epsilon_rdp") for e in p.get("epsilon", {}).values()
-                            if e.get("epsilon_rdp") is not None), default=None) for p in result["points"]]
-        plots["leakage-curve"] = (f"Leakage vs {sweep['label']}" + (" with ε" if epsilon else ""),
-                                  figures.leakage_curve(sweep["label"], values, curves, psnr_curves, epsilon,
-                                                        threshold))
-    return plots
+    """name -> (caption, PIL image): the modality's plots (images: the PSNR distribution and, with a sweep, the
+    leakage curve)."""
+    return modality_of(result).make_plots(result, examples, THREAT_TITLES)
 
 
 def save_plots(out: Path, plots: dict) -> list[str]:

@@ -1,6 +1,6 @@
 """The text audit's report pieces: tables, sentences, original vs recovered text, plots.
 
-:mod:`.report` hands a text result (``result["modality"] == "text"``) to these functions. The
+:mod:`.page` hands a text result to these functions through the text modality (:mod:`fedleak.modality.text`). The
 side-by-side view shows each original sequence and the recovered one matched to it (the metrics'
 linear assignment), every recovered token marked right (green) or wrong (red, struck through).
 """
@@ -25,10 +25,6 @@ CSS = """
 .pairs details.tokens { margin-top: .25rem; font-size: .75rem; color: var(--muted); }
 .pairs details.tokens summary { cursor: pointer; }
 """
-
-
-def is_text(obj: dict) -> bool:
-    return isinstance(obj, dict) and obj.get("modality") == "text"
 
 
 def verdict_sentence(title: str, tm: dict, prefix: bool = True) -> str:

@@ -357,7 +357,8 @@ class LeakageAudit(Strategy):
             if self.save_updates:
                 entry["update"] = str(update.save(where / "update"))
             if entry.get("status") != "recorded":
-                attack = self.attack or self._build(choose_attack(self.model, update.protocol))
+                attack = self.attack or self._build(choose_attack(self.model, update.protocol, self.spec,
+                                                                       update.num_samples))
                 entry["attack"] = getattr(attack, "variant", attack.name)
                 rec, scores = attack_update(attack, update, self.model, self.spec, truth)
                 entry["reconstruction"] = str(rec.save(where / "reconstruction"))

@@ -213,10 +213,8 @@ def write_dashboard(path, records: Sequence[dict], spec: Optional[DataSpec], tit
                  **({"images": [("leakage per client per round", plot)]} if plot is not None else {})},
                 {"title": "Records", "table": {"rows": rows, "columns": [TITLES.get(c, c) for c in present],
                                                "floatfmt": ".3g"}}]
-    images = latest_reconstructions(records, spec) if spec is not None else []
-    if images:
-        sections.append({"title": "Latest reconstructions", "images": images})
-    texts = latest_texts(records) if spec is not None and getattr(spec, "modality", "image") == "text" else ""
-    if texts:
-        sections.append({"title": "Latest recovered text", "text": texts})
+    if spec is not None:  # what the latest round's attacks recovered, shown as the data's modality shows it
+        from ...modality import named
+
+        sections += named(spec).dashboard_sections(records, spec)
     return html_report(path, title, sections)

@@ -25,14 +25,15 @@ from ...types import ClientData, DataSpec, Protocol, Reconstruction, Update
 IMPRINT_ATTACKS = {"cumulative": "imprint", "sparse": "imprint-sparse", "one-shot": "imprint-one-shot", "cah": "cah"}
 
 
-def choose_attack(model: nn.Module, protocol: Protocol) -> str:
-    """The attack that fits: the imprint readout for a model carrying an imprint block, else
-    Inverting Gradients (FedSGD gradients, and FedAvg updates via its local-step simulation)."""
-    if hasattr(model, "imprint_secrets"):
-        return IMPRINT_ATTACKS[model.imprint_secrets()["structure"]]
-    if getattr(model, "task", None) in ("causal-lm", "classification"):  # a language model (models/hf)
-        return "dager"
-    return "inverting-gradients"
+def choose_attack(model: nn.Module, protocol: Protocol, spec: Optional[DataSpec] = None,
+                  samples: Optional[int] = None) -> str:
+    """The attack that fits, the data's modality's choice (:meth:`fedleak.modality.Modality.flower_attack`): the
+    imprint readout for a model carrying an imprint block; records: SPEAR (or the row/bias ratio for one record)
+    where one local step through a first linear layer allows an exact, verified recovery, else TabLeak; a language
+    model: DAGER; else Inverting Gradients (FedSGD gradients, and FedAvg updates via its local-step simulation)."""
+    from ...modality import named
+
+    return named(spec).flower_attack(model, protocol, samples)
 
 
 def _finite(value) -> Optional[float]:
@@ -63,15 +64,9 @@ def attacker_scores(rec: Reconstruction) -> dict:
 def truth_scores(rec: Reconstruction, truth: ClientData, spec: DataSpec, tokenizer=None) -> dict:
     """PSNR / SSIM / Rec % / IIP against the true batch (evaluation mode); ROUGE-1/2/L, exact
     sequences and token accuracy for text (``tokenizer`` decodes for ROUGE)."""
-    from ...metrics import evaluate
+    from ...modality import named
 
-    if getattr(spec, "modality", "image") == "text":
-        scores = evaluate(rec, truth.to(rec.inputs.device), spec, tokenizer=tokenizer)
-        keep = ("rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy", "rec_percent")
-        return {k: scores[k] for k in keep if k in scores}
-    scores = evaluate(rec, truth.to(rec.inputs.device), spec)
-    keep = ("psnr", "ssim", "rec_percent", "iip", "threshold", "psnr_per_input")
-    return {k: scores[k] for k in keep if k in scores}
+    return named(spec).truth_scores(rec, truth, spec, tokenizer=tokenizer)
 
 
 @contextmanager
@@ -127,7 +122,7 @@ def leakage_level(entry: dict) -> dict:
     exact = entry.get("exactness")
     if isinstance(exact, dict) and exact.get("holds") and entry.get("certain"):
         return {"level": "high", "evidence": "proved by the attacker: the exactness condition held and the recovered "
-                                             "sequences reproduce the update"}
+                                             "inputs (sequences, records, images) reproduce the update"}
     reported = entry.get("truth") == "client-reported"
     if reported and ((entry.get("rec_percent") or 0) > 0 or (entry.get("exact_sequences") or 0) > 0):
         what = (f"Rec {entry['rec_percent']:.0f} %" if entry.get("rec_percent") else

@@ -21,13 +21,15 @@ from pathlib import Path
 
 from ...errors import FedleakError
 from ..base import Modality
-from . import execute, judge, report
+from . import execute, flower, judge, report
 
 SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
 
 
 class TabularModality(Modality):
     name = "tabular"
+    attack_package = "fedleak.attacks.tabular"
+    items = "records"
     default_model = "tabular-mlp"
     rule = judge.RULE
     recovered_item = judge.RECOVERED_ITEM
@@ -36,6 +38,21 @@ class TabularModality(Modality):
     def matches(self, data) -> bool:
         text = str(data or "").strip()
         return text.lower() in ("adult", "german") or text.lower().endswith(SUFFIXES)
+
+    # -- the Flower integration (:mod:`.flower`) ------------------------------------------------------
+    def flower_attack(self, model, protocol, samples=None) -> str:
+        if hasattr(model, "imprint_secrets"):  # a malicious server's imprinted model: read its bins
+            return super().flower_attack(model, protocol, samples)
+        return flower.attack_for(model, protocol, samples) or "tableak"
+
+    def truth_scores(self, rec, truth, spec, tokenizer=None) -> dict:
+        return flower.truth_scores(rec, truth, spec)
+
+    def dashboard_sections(self, records: list, spec) -> list:
+        return flower.dashboard_sections(records, spec)
+
+    def truth_shape_ok(self, inputs, spec) -> bool:
+        return tuple(inputs.reshape(len(inputs), -1).shape[1:]) == (spec.schema.width,)
 
     def load(self, cfg, needed: int, samples: int, log):
         from ...data.tabular import load
@@ -50,6 +67,8 @@ class TabularModality(Modality):
         from ...audit.plan.model_loading import check_fits, prepare_model
         from ...audit.run import FORMAT, config_hash, environment
 
+        if cfg.budget is not None:
+            raise FedleakError(f"budget: not supported for {cfg.data!r} audits (their attacks have fixed budgets)")
         if any(plan.secagg > 1 for plan in plans):
             raise FedleakError("secure aggregation is not audited on tables yet; drop the secagg defense")
         if cfg.tune or cfg.membership:

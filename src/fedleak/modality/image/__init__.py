@@ -1,0 +1,150 @@
+"""Images as a modality: ``fedleak audit --data digits|femnist|cifar10|…`` (the paper datasets and image folders).
+
+The object :data:`IMAGE` gives the audit's shared stages (:mod:`fedleak.audit.run`) what is particular to images:
+the data (:func:`fedleak.data.load`), the model checked against it (:mod:`fedleak.audit.plan.model_loading`), the
+honest server's attacks (Inverting Gradients on FedSGD; Dimitrov et al., AGIC, AWA on FedAvg) and the exact ones
+where a first linear layer allows them (row/bias ratio, SPEAR), the metrics (PSNR, SSIM, Rec %, IIP:
+:func:`fedleak.metrics.evaluate`), what one recovered image is (PSNR above the Rec % threshold; verbatim above
+60 dB for the malicious imprint) and the report's section (:mod:`.report`: image grids, PSNR plots). Images are
+also the modality of any data name no other modality claims (the fallback of :func:`fedleak.modality.of`).
+"""
+
+from __future__ import annotations
+
+from ..base import Modality
+from . import report
+
+
+class ImageModality(Modality):
+    name = "image"
+    items = "images"
+    default_model = "femnist-cnn"  # fedleak.audit.plan.default.DEFAULT_MODEL
+    recovered_item = ("an image whose reconstruction's PSNR against its original is above the Rec% threshold "
+                      "(20 dB; 19 dB for CIFAR-100)")
+
+    @property
+    def rule(self) -> str:
+        from ...audit.judge.verdict import RULE
+
+        return RULE
+
+    def matches(self, data) -> bool:
+        return True  # every name no other modality claims is a dataset of images (asked last)
+
+    # -- plan ---------------------------------------------------------------------------------------
+    def honest_attacks(self, algorithm: str) -> list:
+        from ...audit.plan.threats import HONEST_ATTACKS
+
+        return list(HONEST_ATTACKS[algorithm])
+
+    def required_exact(self, model, protocol, samples: int) -> list:
+        """The row/bias ratio for one sample, SPEAR for a batch, when the first layer is linear with a bias and the
+        update is one gradient step (:func:`fedleak.audit.plan.threats.exact_applicable`)."""
+        from ...audit.plan.threats import exact_applicable
+
+        if exact_applicable(model, protocol, samples) is not None:
+            return []
+        return ["analytic-fc" if samples == 1 else "spear"]
+
+    def required_optimization(self, algorithm: str) -> list:
+        from ...attacks.base import ATTACKS, ensure_loaded
+        from ...audit.plan.threats import HONEST_ATTACKS, kind
+
+        ensure_loaded()
+        return [n for n in HONEST_ATTACKS[algorithm] if n in ATTACKS and kind(n) == "optimization"]
+
+    def check_attack_name(self, name: str, text_names: set) -> None:
+        if name in text_names:
+            from ...errors import FedleakError
+
+            raise FedleakError(f"--attacks {name}: a text attack; it needs --data text")
+
+    # -- data and model -----------------------------------------------------------------------------
+    def prepare(self, cfg, needed: int, samples: int):
+        from ... import data
+
+        spec, pool = data.load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=samples,
+                               seed=cfg.seed)
+        return cfg.model, spec, pool
+
+    def models(self, cfg, model_name: str, spec, pool: list, plans: list, device, show):
+        """One model for every setting: built (weights loaded), fitted to the data, the malicious runs' options
+        checked against it, before any attack."""
+        from ...audit.execute import malicious
+        from ...audit.plan.model_loading import check_fits, prepare_model
+
+        model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
+        check_fits(model, pool[0].inputs, spec, cfg.model)
+        malicious.check(cfg, spec, plans)
+        model = model.to(device)
+        return lambda plan: model
+
+    # -- execute ------------------------------------------------------------------------------------
+    def score(self, rec, client, spec, *, tokenizer=None, **options) -> dict:
+        """PSNR, SSIM, Rec %, IIP, LPIPS, label counts (:func:`fedleak.metrics.evaluate.evaluate_images`)."""
+        from ...metrics.evaluate import evaluate_images
+
+        return evaluate_images(rec, client, spec, **options)
+
+    def evaluate(self, rec, truth, spec, model=None, default_model=None) -> dict:
+        from ... import metrics
+
+        return metrics.evaluate(rec, truth, spec)
+
+    def example(self, rec, truth, spec, scores: dict, model):
+        from ...audit.execute.steps import example
+
+        return example(rec, truth, spec, scores)
+
+    def summarize(self, per_target: list, seconds: float, choice, rec=None) -> dict:
+        from ...audit.execute.steps import summarize
+
+        return summarize(per_target, seconds, choice)
+
+    def verbatim(self, scores: dict) -> int:
+        """Images read back verbatim: PSNR above :data:`fedleak.audit.execute.steps.VERBATIM_DB` (Fowl et al.:
+        exact copies)."""
+        from ...audit.execute.steps import VERBATIM_DB
+
+        return sum(1 for p in scores["psnr_per_input"] if p is not None and p > VERBATIM_DB)
+
+    tuning_metric = "mean PSNR (dB)"
+
+    def tuning_score(self, rec, truth, spec, model) -> float:
+        """A trial's mean PSNR (dB) on one surrogate client."""
+        from ... import metrics
+
+        return float(metrics.evaluate(rec, truth, spec)["psnr"])
+
+    def tuning_record(self, record: dict) -> dict:
+        record.update({"default_psnr": record["default_score"], "best_psnr": record["best_score"]})
+        return record
+
+    # -- report -------------------------------------------------------------------------------------
+    @property
+    def table(self):
+        from ...audit.report.tables import IMAGE as table
+
+        return table
+
+    @property
+    def how_to_read(self) -> str:
+        return report.how_to_read()
+
+    verdict_sentence = staticmethod(report.verdict_sentence)
+    imprint_sentence = staticmethod(report.imprint_sentence)
+    results_body = staticmethod(report.results_body)
+
+    def make_plots(self, result: dict, examples: list, threat_titles: dict) -> dict:
+        return report.make_plots(result, threat_titles)
+
+    # -- outside the audit --------------------------------------------------------------------------
+    def truth_scores(self, rec, truth, spec, tokenizer=None) -> dict:
+        from ...metrics import evaluate
+
+        scores = evaluate(rec, truth.to(rec.inputs.device), spec)
+        keep = ("psnr", "ssim", "rec_percent", "iip", "threshold", "psnr_per_input")
+        return {k: scores[k] for k in keep if k in scores}
+
+
+IMAGE = ImageModality()
