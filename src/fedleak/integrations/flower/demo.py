@@ -124,18 +124,27 @@ def make_server_app(model: nn.Module, audit_fn: Callable, rounds: int,
 
 def run_demo(out, *, clients: int = 3, rounds: int = 2, samples: int = 4, malicious: bool = False,
              inspect: bool = False, share: bool = True, iterations: int = 150, lr: float = 0.05,
-             seed: int = 0, blocking: bool = False, task: str = "image", model_name: str = "gpt2-tiny",
+             seed: int = 0, blocking: bool = False, task: str = "image", model_name: Optional[str] = None,
              lora: int = 32, seq_len: int = 16) -> LeakageAudit:
     """Run the demo federation and return its :class:`LeakageAudit` (records in ``.records``).
 
-    ``task="text"``: the FlowerTune-shaped LoRA federation of :mod:`.text_demo` (``model_name``,
-    ``lora`` rank, ``seq_len`` tokens, ``samples`` sequences per node), audited with ``dager``.
+    ``task="text"``: the FlowerTune-shaped LoRA federation of :mod:`.text_demo` (``model_name``, default
+    ``gpt2-tiny``, ``lora`` rank, ``seq_len`` tokens, ``samples`` sequences per node), audited with ``dager``.
+    ``task="tabular"``: the records federation of :mod:`.tabular_demo` (``model_name``: the table, ``adult`` by
+    default, ``samples`` records per node), each reply attacked through the tabular modality (SPEAR, proved).
     """
-    if task == "text":
-        return _run_text_demo(out, clients=clients, rounds=rounds, samples=samples, inspect=inspect, share=share,
-                              lr=lr, seed=seed, blocking=blocking, model_name=model_name, lora=lora, seq_len=seq_len)
-    if task != "image":
-        raise FedleakError(f"--task must be image or text, got {task!r}")
+    runner = DEMOS.get(task)
+    if runner is None:
+        raise FedleakError(f"--task must be {' or '.join(DEMOS)}, got {task!r}")
+    # each task's federation reads the knobs it has (images: malicious, iterations; text: model, LoRA, length)
+    return runner(out, clients=clients, rounds=rounds, samples=samples, malicious=malicious, inspect=inspect,
+                  share=share, iterations=iterations, lr=lr, seed=seed, blocking=blocking, model_name=model_name,
+                  lora=lora, seq_len=seq_len)
+
+
+def _run_image_demo(out, *, clients, rounds, samples, malicious, inspect, share, iterations, lr, seed,
+                    blocking, **_) -> LeakageAudit:
+    """The image federation: embedded digits, LeNet (behind an imprint block with ``malicious``)."""
     for name, value, low in (("clients", clients, 1), ("rounds", rounds, 1), ("samples", samples, 1),
                              ("iterations", iterations, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -147,38 +156,50 @@ def run_demo(out, *, clients: int = 3, rounds: int = 2, samples: int = 4, malici
     # the embedded digits are 8x8 images upsampled to 28x28, not 8-bit: no pixel-grid check (levels=0)
     attack, options = ("imprint", {"levels": 0}) if malicious else ("inverting-gradients", {"iterations": iterations})
 
+    return federate(out, model, client_app, spec, protocol, clients=clients, rounds=rounds, blocking=blocking,
+                    attack=attack, attack_options=options, ship=model if malicious else None)
+
+
+def federate(out, model, client_app, spec, protocol, *, clients: int, rounds: int, blocking: bool,
+             **audit) -> LeakageAudit:
+    """Run ``client_app`` on ``clients`` nodes for ``rounds`` rounds of Flower's ``FedAvg`` wrapped in a
+    :class:`LeakageAudit` (``audit``: its attack keywords); each node trains one epoch of one batch at the
+    protocol's lr. Returns the audit."""
     def audit_fn() -> LeakageAudit:
         strategy = FedAvg(fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients)
-        return LeakageAudit(strategy, model, out, spec=spec, protocol=protocol, attack=attack, attack_options=options,
-                            ship=model if malicious else None, blocking=blocking)
+        return LeakageAudit(strategy, model, out, spec=spec, protocol=protocol, blocking=blocking, **audit)
 
     holder: dict = {}
-    config = {"lr": lr, "local-epochs": 1, "batch-size": samples}
+    config = {"lr": protocol.lr, "local-epochs": 1, "batch-size": protocol.batch_size}
     run_inline(make_server_app(model, audit_fn, rounds, config, holder), client_app, clients)
     return holder["audit"]
 
 
 def _run_text_demo(out, *, clients, rounds, samples, inspect, share, lr, seed, blocking, model_name, lora,
-                   seq_len) -> LeakageAudit:
+                   seq_len, **_) -> LeakageAudit:
     from .text_demo import make_text_client_app, text_federation
 
     for name, value, low in (("clients", clients, 1), ("rounds", rounds, 1), ("samples", samples, 1),
                              ("lora", lora, 1), ("seq-len", seq_len, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise FedleakError(f"--{name} must be an integer >= {low}, got {value!r}")
-    spec, parts, model_fn = text_federation(model_name, clients, samples, seq_len, lora, seed)
+    spec, parts, model_fn = text_federation(model_name or "gpt2-tiny", clients, samples, seq_len, lora, seed)
     model = model_fn()
     client_app = make_text_client_app(parts, model_fn, share=share, inspect=inspect)
     protocol = Protocol("fedavg", epochs=1, batch_size=samples, lr=lr, reshuffle=False)
 
-    def audit_fn() -> LeakageAudit:
-        strategy = FedAvg(fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients)
-        return LeakageAudit(strategy, model, out, spec=spec, protocol=protocol, attack="dager", blocking=blocking)
+    return federate(out, model, client_app, spec, protocol, clients=clients, rounds=rounds, blocking=blocking,
+                    attack="dager")
 
-    holder: dict = {}
-    config = {"lr": lr, "local-epochs": 1, "batch-size": samples}
-    run_inline(make_server_app(model, audit_fn, rounds, config, holder), client_app, clients)
-    return holder["audit"]
+
+def _run_tabular_demo(out, **options) -> LeakageAudit:
+    from .tabular_demo import run_tabular_demo
+
+    return run_tabular_demo(out, **options)
+
+
+#: the demo federations by ``--task``
+DEMOS = {"image": _run_image_demo, "text": _run_text_demo, "tabular": _run_tabular_demo}
 
 
 def record_line(r: dict) -> str:
@@ -208,9 +229,11 @@ def main(argv=None) -> int:
     parser.add_argument("--no-truth", action="store_true", help="clients do not share their batch (no PSNR)")
     parser.add_argument("--iterations", type=int, default=150, help="Inverting Gradients iterations (honest server)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--task", choices=["image", "text"], default="image",
-                        help="text: a FlowerTune-shaped LoRA federation of a causal LM, audited with dager")
-    parser.add_argument("--model", default="gpt2-tiny", help="--task text: gpt2-tiny or llama-tiny")
+    parser.add_argument("--task", choices=["image", "text", "tabular"], default="image",
+                        help="text: a FlowerTune-shaped LoRA federation of a causal LM, audited with dager; tabular: "
+                             "Adult records on the tabular MLP, audited with SPEAR (proved) or TabLeak")
+    parser.add_argument("--model", default=None, help="--task text: gpt2-tiny or llama-tiny; --task tabular: the "
+                                                      "table, adult or german")
     parser.add_argument("--lora", type=int, default=32, help="--task text: LoRA rank R (alpha 2R; FlowerTune: 32)")
     parser.add_argument("--seq-len", type=int, default=16, help="--task text: tokens per sequence")
     parser.add_argument("--lr", type=float, default=None, help="client learning rate (default 0.05)")
