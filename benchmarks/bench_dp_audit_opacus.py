@@ -100,6 +100,11 @@ def main() -> None:
     out = {"meta": meta, "targets": [], "correct": []}
     planted_out = {"meta": meta, "faults": []}
 
+    if (RESULTS / "dp_audit_planted.json").exists():  # bench_dp_audit_flower.py's entries are kept
+        flower = json.loads((RESULTS / "dp_audit_planted.json").read_text()).get("flower_faults")
+        if flower is not None:
+            planted_out["flower_faults"] = flower
+
     def save():
         meta["load_average"] = os.getloadavg()
         (RESULTS / "dp_audit_opacus.json").write_text(json.dumps(out, indent=1) + "\n")

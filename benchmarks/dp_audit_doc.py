@@ -172,6 +172,29 @@ def block_opacus(r: dict, planted: dict) -> str:
     for f in planted["faults"]:
         lines.append(f"| {f['fault']} | `{f['function_planted']}` | {f['q']:g} | {f['verdict']} | "
                      f"{'yes' if f['detected'] else 'no'} | {f['p']:.1e} | {f['epsilon_lower']:.2f} |")
+    flower = planted.get("flower_faults")
+    if flower and flower.get("faults"):
+        fm = flower["meta"]
+        lines += ["", f"Faults planted inside the real Flower (`flower_faults` of the same file, "
+                      f"`benchmarks/bench_dp_audit_flower.py`): {fm['library']}, {fm['model']} on {fm['data']}, "
+                      f"{fm['clients']} nodes, {fm['rounds']} rounds, {fm['canaries']:,} canary nodes' canaries; "
+                      f"claim {fm['claim']}; p is Bonferroni over the claim test, the bound's guesses and the "
+                      "smallest per-node test.", "",
+                      "| mechanism | fault | planted | verdict | detected | p | nodes named (replies / aggregates) | "
+                      "proved ε ≥ | CPU s |", "|---|---|---|---|---|---|---|---|---|"]
+        for f in flower["faults"]:
+            where = "; ".join(x.rsplit(".", 1)[-1] if "." in x and " " not in x else x
+                              for x in f["function_planted"] or []) or "—"
+            named = (f"{', '.join(map(str, f['nodes_flagged_by_replies'])) or '—'} / "
+                     f"{', '.join(map(str, f['nodes_flagged_by_aggregates'])) or '—'}")
+            lines.append(f"| {f['defense'].split(':')[0]} | {f['fault']} | {where} | {f['verdict']} | "
+                         f"{'yes' if f['detected'] else 'no'} | {f['p']:.1e} | {named} | {f['epsilon_lower']:.2f} | "
+                         f"{f['cpu_seconds']:.0f} |")
+        if flower.get("correct"):
+            flagged = sum(c["detected"] for c in flower["correct"])
+            lines += ["", f"Correct Flower configurations: {flagged} of {len(flower['correct'])} flagged "
+                          f"({', '.join(sorted({c['defense'].split(':')[0] for c in flower['correct']}))})"
+                          + ("" if flower.get("done") else " (run not complete)") + "."]
     if r.get("correct"):
         flagged = sum(c["verdict"] != "consistent at this budget" for c in r["correct"])
         faults = [c["smallest_noise_fault"] for c in r["correct"] if c["smallest_noise_fault"] is not None]

@@ -107,3 +107,28 @@ def test_bad_input_is_one_line():
         run_canary_nodes([_user_app([])], lambda n: FedAvg(), _initial(), nodes=2, rounds=1)
     with pytest.raises(FedleakError, match="canaries"):
         run_canary_nodes(_user_app([]), lambda n: FedAvg(), _initial(), nodes=2, rounds=1, canaries=1)
+
+
+def test_flower_faults_patch_flowers_functions_and_undo_them():
+    """The planted faults live in Flower's own modules for the block only (privacy/flower_faults.py); < 0.1 s."""
+    import flwr.clientapp.mod.centraldp_mods as central_mods
+    import flwr.clientapp.mod.localdp_mod as local_mod
+    import flwr.serverapp.strategy.dp_fixed_clipping as fixed
+
+    from fedleak.privacy.flower_faults import planted
+
+    before = (fixed.add_gaussian_noise_inplace, local_mod.add_gaussian_noise_inplace,
+              central_mods.compute_clip_model_update)
+    with planted(0.5, no_clip=True) as where:
+        assert "flwr.serverapp.strategy.dp_fixed_clipping.add_gaussian_noise_inplace" in where
+        arrays = [np.zeros(20000)]
+        fixed.add_gaussian_noise_inplace(arrays, 2.0)
+        assert np.std(arrays[0]) == pytest.approx(1.0, rel=0.03)  # 0.5 × the σ Flower asks for
+        update, base = [np.full(4, 3.0)], [np.zeros(4)]
+        central_mods.compute_clip_model_update(update, base, 1.0)
+        assert np.allclose(update[0], 3.0)  # left unclipped
+    assert (fixed.add_gaussian_noise_inplace, local_mod.add_gaussian_noise_inplace,
+            central_mods.compute_clip_model_update) == before
+    with pytest.raises(FedleakError, match="noise=F"):
+        with planted(-1.0):
+            pass
