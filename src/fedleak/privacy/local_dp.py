@@ -1,11 +1,12 @@
 """Flower's ``LocalDpMod`` audited: canary clients in a federation whose clients add their own noise (issue #29).
 
 ``fedleak dp-audit --defense flower-local-dp:clip=C,sensitivity=S,epsilon=E,delta=D --clients K``: every client
-runs Flower's local DP mod (``flwr.client.mod.LocalDpMod``, flwr 1.42, re-implemented bit for bit in
-:func:`fedleak.fl.update_filters.flower_local_dp`): its update Δ is clipped to C and N(0, s²I) with
+runs Flower's own local DP mod (``flwr.clientapp.mod.LocalDpMod``, flwr 1.42, on the node's ClientApp;
+:func:`fedleak.fl.update_filters.flower_local_dp` is the same arithmetic for fedleak's filters): its update Δ is
+clipped to C and N(0, s²I) with
 s = S·√(2 ln(1.25/D))/E is added before it leaves the client (the classic Gaussian mechanism, Dwork & Roth
-Thm. A.1; Flower states ε = E, δ = D per round and does no accounting over rounds). Canary clients (Andrew et
-al. ICLR '24 §3) apply the same mod; the server averages (:func:`.federation.run_federation` with ``local``).
+Thm. A.1; Flower states ε = E, δ = D per round and does no accounting over rounds). Canary nodes (Andrew et
+al. ICLR '24 §3) run the same mod object; Flower's FedAvg averages (:func:`.federation.run_federation`).
 
 What is claimed, per client (``epsilon_accountant``): Flower's per-round statement (E, D) and its T-fold basic
 composition T·E at T·D, beside the composed Gaussian mechanism of multiplier s/C over T rounds (exact GDP
@@ -17,8 +18,10 @@ claim is μ_agg = √T·C/(s·√n)-GDP (:func:`aggregate_noise`) — a weaker r
 per-client ones, so the lower bound (Steinke et al. NeurIPS '23 §5; Mahloujifar et al. ICML '25) is a valid
 lower bound on the per-client ε too, and looser by up to √n.
 
-"Mod missing on some clients" (Flower FLIP #1122: the mod is opt-in): ``--fault no-dp=I,J`` — clients I, J send
-raw updates, their canaries unclipped and un-noised; the per-client z-tests of :func:`.diagnose.diagnose` name them.
+"Mod missing on some clients" (Flower FLIP #1122: the mod is opt-in): ``--fault no-dp=I,J`` — nodes I, J's
+ClientApps are built without the mod, so they and their canary nodes send raw updates; the per-node reply test
+(projection and residual noise) and the z-tests of :func:`.diagnose.diagnose` name them. The claim stays "every node
+with the mod" (:func:`aggregate_noise` of all K + inserted replies), whatever is planted.
 """
 
 from __future__ import annotations

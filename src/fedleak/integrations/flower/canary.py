@@ -25,6 +25,9 @@ averaging and noise:
   one-run f-DP test (Mahloujifar et al., as :mod:`fedleak.privacy.diagnose` runs it) of "the canaries see
   √T/σ-GDP", p < 0.01 proving the DP claimed is not in force.
 
+What it cannot see: a client-side mod (``fixedclipping_mod``, ``LocalDpMod``) missing on some nodes — its
+canaries join after the clients. :mod:`.canary_nodes` runs canaries as nodes through each node's own mod chain.
+
 Memory: the running sum Σ_t A_t/‖A_t‖ and θ_0 (two d-vectors); the inserted canaries' replies exist only while
 a round is aggregated (Flower's API takes replies as messages).
 """
