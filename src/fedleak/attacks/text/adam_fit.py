@@ -1,0 +1,93 @@
+"""Membership under the client's AdamW: the joint fit on the candidates' gradients as AdamW scales them.
+
+The joint fit (:mod:`.membership`) models the update as a sum of the documents' gradients,
+Δ/η = Σₜ ḡₜ (plain local SGD). FlowerTune's client runs AdamW (Loshchilov & Hutter, ICLR 2019, Alg. 2):
+each step moves coordinate j by η·m̂ₜⱼ/(√v̂ₜⱼ + ε), an elementwise-normalised step, so Δ is no longer a
+combination of gradients: a coordinate that every document pushes a little moves as far as one that a
+single document pushes hard. Measured on ``llama-tiny`` with LoRA (10 AdamW steps): the plain fit falls from
+AUC 0.998 under SGD to 0.918 (40 + 40 candidates) and 0.838 (160 + 160).
+
+The attacker knows the protocol (AdamW, batch b), not the data. Linearise AdamW where its denominator
+settles: v̂ₜⱼ (an average of squared minibatch-mean gradients, β₂ = 0.999) ≈ E[ḡⱼ²] = μⱼ² + σⱼ²/b, where
+μⱼ, σⱼ are the mean and standard deviation of one document's gradient at coordinate j. Then
+Δⱼ ≈ η Σₜ m̂ₜⱼ / rⱼ with rⱼ = √(μⱼ² + σⱼ²/b), and m̂ₜ is a combination of the steps' minibatch gradients,
+so Δ ≈ Σᵢ βᵢ (gᵢ / r): the update is again a combination of the documents' gradients, each coordinate
+scaled by 1/r. The score of a candidate is its coefficient β in the least-squares fit of Δ on all
+candidates' scaled gradients at once (the joint fit in AdamW's metric). μ and σ are estimated from the
+candidates themselves — members and non-members of the same distribution, no label is used. Under plain
+SGD (``optimizer="sgd"``) r = 1 and this is the joint fit.
+
+Candidate gradients: one per candidate at θˢ, in eval mode, by the one client-update function
+(:func:`.membership.candidate_gradients`). Where M × P floats exceed :data:`.membership.EXACT_LIMIT`
+the fit uses a seeded random subset of the coordinates (the same least-squares model on fewer equations;
+r is per coordinate, so a subset keeps it exact, which a random-sign sketch would not).
+
+Cost: one gradient per candidate — about M/(s·b) times the client's own update of s steps of b documents.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from ...errors import FedleakError
+from ...types import Update
+from .membership import EXACT_LIMIT, _cosines, _flat, candidate_gradients, joint_fit
+
+
+def adam_scale(grads: torch.Tensor, batch: int) -> torch.Tensor:
+    """1/r per coordinate, r = √(μ² + σ²/b) from the candidates' gradients (M, P); 0 where no candidate moves it."""
+    g = grads.double()
+    mu, sd = g.mean(0), g.std(0) if g.shape[0] > 1 else torch.zeros(g.shape[1], dtype=g.dtype)
+    r = (mu.square() + sd.square() / max(1, int(batch))).sqrt()
+    return torch.where(r > 0, 1.0 / r.clamp_min(1e-300), torch.zeros_like(r))
+
+
+def coordinates(numel: int, candidates: int, seed: int, limit: int = EXACT_LIMIT) -> Optional[torch.Tensor]:
+    """A seeded sorted subset of ``numel`` coordinates so that candidates × kept ≤ ``limit``; ``None``: keep all."""
+    if numel * (candidates + 1) <= limit:
+        return None
+    keep = max(candidates * 4, limit // (candidates + 1))
+    g = torch.Generator().manual_seed(int(seed) + 9_973)
+    return torch.randperm(numel, generator=g)[:min(numel, keep)].sort().values
+
+
+def fit_scores(grads: torch.Tensor, delta: torch.Tensor, optimizer: str, batch: int) -> torch.Tensor:
+    """β of Δ ≈ Σᵢ βᵢ (gᵢ / r) (``optimizer`` ``adamw``) or Δ ≈ Σᵢ βᵢ gᵢ (``sgd``)."""
+    if optimizer == "adamw":
+        return joint_fit(grads.double() * adam_scale(grads, batch), delta)
+    return joint_fit(grads, delta)
+
+
+def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None, *,
+                    seed: int = 0, progress: Optional[Callable[[int, int], None]] = None) -> dict:
+    """``{scores (the coefficients), joint (the plain fit on the same gradients), cosine (centred), raw (cosine),
+    seconds, parameters, kept}`` for the candidate sequences ``ids`` (M, L): one gradient per candidate serves all."""
+    if ids.dim() != 2 or ids.shape[0] < 2:
+        raise FedleakError(f"adam-fit needs at least 2 candidate sequences (M, L), got {tuple(ids.shape)}")
+    start = time.perf_counter()
+    names = list(update.server_params)
+    numel = sum(update.server_params[k].numel() for k in names)
+    keep = coordinates(numel, ids.shape[0], seed)
+    transform = (lambda flat: flat[keep]) if keep is not None else None
+    delta = _flat(update.pseudo_gradient(), names)
+    if keep is not None:
+        delta = delta[keep]
+    grads = candidate_gradients(model, update, ids.long(), labels, names=names, transform=transform,
+                                progress=progress)
+    batch = update.protocol.batch_size_for(update.num_samples)
+    optimizer = update.protocol.optimizer
+    scores = fit_scores(grads, delta, optimizer, batch)
+    plain = joint_fit(grads, delta)
+    raw, centred = _cosines(grads, delta), _cosines(grads - grads.mean(0, keepdim=True), delta)
+    return {"scores": scores.tolist(), "joint": plain.tolist(), "cosine": centred.tolist(), "raw": raw.tolist(),
+            "seconds": time.perf_counter() - start,
+            "parameters": int(numel), "kept": int(delta.numel()), "optimizer": optimizer, "batch": int(batch),
+            "statistic": ("coefficient of the candidate's gradient (at the server's weights), each coordinate scaled by "
+                          "AdamW's linearised step 1/sqrt(mu^2 + sigma^2/b) from the candidates, in the least-squares "
+                          "fit of the update on all candidates jointly" if optimizer == "adamw" else
+                          "coefficient of the candidate's gradient in the least-squares fit of the update on all "
+                          "candidates jointly (plain SGD: no scaling)")}
