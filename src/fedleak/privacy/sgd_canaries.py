@@ -8,12 +8,12 @@ in the run independently with probability ½ (Alg. 1). A canary costs one intege
 d-vector, so m is limited only by m ≤ d.
 
 Like real examples under Poisson subsampling (the accountants' assumption, Abadi et al. 2016 §3.1;
-Opacus), every included canary joins each step's batch independently with probability q, passes through
-the client's per-example clipping (raw norm C for every fourth canary, ``scale``·C for the others: under
-working clipping all reach norm C; where clipping is missing the large ones stand out, which tells a
-clipping fault from a noise fault), and is summed with the clipped example gradients before the client's
-Gaussian noise N(0, σ²C²). :class:`CanaryStep` does this around the client's own DP-SGD defense
-(:class:`fedleak.fl.defenses.Defense` ``dp-sgd``, whatever it actually applies) inside fedleak's one local
+Opacus), every included canary joins each step's batch independently with probability q as one more
+per-example gradient row (raw norm C for every fourth canary, ``scale``·C for the others) and goes through the
+client's own DP-SGD defense with the examples: its per-example clipping (under working clipping all reach norm
+C; where clipping is missing the large ones stand out, which tells a clipping fault from a noise fault) and its
+Gaussian noise N(0, σ²C²) on the sum. :class:`CanaryStep` does this around the client's own DP-SGD defense
+(:class:`fedleak.fl.defenses.Defense` ``dp-sgd``: nothing here clips a canary) inside fedleak's one local
 training loop (:func:`fedleak.fl.client.local_training`).
 
 White-box observation (Steinke et al. §7; all-iterates): the auditor sees every iterate θ_t and knows the
@@ -88,10 +88,9 @@ class CanaryStep:
         self.inner, self.canaries, self.claimed_clip, self.q = inner, canaries, float(claimed_clip), float(sample_rate)
         self._included = canaries.included
         coords = canaries.coordinates
-        raw = canaries.raw_norm() * self.claimed_clip
-        if inner.clip is not None:  # per-example clipping of a Dirac canary: its one value, down to C
-            raw = np.minimum(raw, float(inner.clip))
-        self._value = torch.as_tensor(raw, dtype=torch.float32)
+        # the raw canary gradient, never pre-clipped: the defense's own per-example clipping decides (apply)
+        self._value = torch.as_tensor(canaries.raw_norm() * self.claimed_clip, dtype=torch.float32)
+        self._shapes = dict(names_shapes)
         # the canary coordinates per parameter tensor: (name, positions in the canary list, flat index in the tensor)
         self._where, start = [], 0
         for name, numel in names_shapes:
@@ -115,19 +114,22 @@ class CanaryStep:
         return out
 
     def apply(self, per_example: dict, generator=None) -> dict:
-        """The real DP-SGD (``inner``: clip each example, add noise) on the examples plus this step's canaries."""
+        """The real DP-SGD (``inner``: clip each example, add noise) on the examples and this step's canaries, each
+        sampled canary one more example row: the defense's own per-example clipping and noise act on it."""
         known = clip_per_example(per_example, self.claimed_clip)
         self.known_sums.append(self.gather({k: g.sum(0) for k, g in known.items()}))
         batch = next(iter(per_example.values())).shape[0]
-        self.batch_sizes.append(int(batch))
-        take = self._included & (self._rng.random(self.canaries.count) < self.q)
-        self.sampled.append(int(take.sum()))
-        out = dict(self.inner.apply(per_example, generator))
-        weight = self._value * torch.as_tensor(take, dtype=torch.float32)
+        take = np.flatnonzero(self._included & (self._rng.random(self.canaries.count) < self.q))
+        self.sampled.append(int(take.size))
+        self.batch_sizes.append(int(batch + take.size))  # the batch mean divides by examples + canary rows
+        rows = {name: torch.zeros((take.size, g[0].numel()), dtype=g.dtype, device=g.device)
+                for name, g in per_example.items()}
+        position = np.full(self.canaries.count, -1)
+        position[take] = np.arange(take.size)
         for name, sel, idx in self._where:
-            # the canaries join the sum of (clipped) example gradients: added to one row, the batch mean divides by B
-            row = out[name][0].reshape(-1).clone()
-            row.index_add_(0, idx, weight[sel].to(row.dtype))
-            first = row.reshape(out[name][0].shape).unsqueeze(0)
-            out[name] = torch.cat([first, out[name][1:]], 0)
-        return out
+            r = position[sel.numpy()]
+            keep = r >= 0
+            rows[name][torch.as_tensor(r[keep]), idx[torch.as_tensor(keep)]] = \
+                self._value[sel[torch.as_tensor(keep)]].to(rows[name].dtype)
+        joined = {name: torch.cat([g, rows[name].reshape(take.size, *g.shape[1:])], 0) for name, g in per_example.items()}
+        return dict(self.inner.apply(joined, generator))

@@ -18,11 +18,14 @@ Statistics (Steinke et al. NeurIPS 2023 §7; the auditor's observation is the it
 * ``mean_shift`` Σ_t x_{t,j}/√T for every q (for the findings: an included canary at the clip norm shifts it
   by q√T/σ).
 
-Faults (to show what the audit detects): ``noise=F`` — the noise applied is F × the claimed σ (F = 0: noise
-off, the client only clips); ``no-clip`` — per-example clipping missing (noise N(0, σ²C²) still added).
+Faults (to show what the audit detects), planted in fedleak's own DP-SGD code, never in the canaries' view
+(:func:`planted`): ``noise=F`` — the defense runs with F × the claimed σ (F = 0: noise off, the client only clips);
+``no-clip`` — its per-example clipping function returns the gradients unclipped (noise N(0, σ²C²) still added).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import math
 import time
@@ -66,23 +69,20 @@ class SGDFault:
         return {"noise_factor": self.noise_factor, "no_clip": self.no_clip}
 
 
-class _NoiseWithoutClipping:
-    """DP-SGD whose clipping is missing: the noise N(0, σ²C²) on the sum of raw example gradients
-    (as :meth:`fedleak.fl.defenses.Defense.apply` adds it, B draws of variance σ²C²/B)."""
+@contextlib.contextmanager
+def planted(fault: SGDFault):
+    """``no-clip`` planted inside fedleak's own DP-SGD: :func:`fedleak.fl.defenses.clip_per_example`, which
+    :meth:`fedleak.fl.defenses.Defense.apply` calls, returns the gradients unclipped for the run (the noise stays
+    N(0, σ²C²) on the sum); ``noise=F`` is the defense configured with F·σ. The canaries go through that code."""
+    from ..fl import defenses
 
-    active = True
-    clip = None
-
-    def __init__(self, noise: float, clip: float) -> None:
-        self.noise, self.claimed_clip = noise, clip
-
-    def apply(self, per_example: dict, generator=None) -> dict:
-        batch = next(iter(per_example.values())).shape[0]
-        std = self.noise * self.claimed_clip / batch ** 0.5
-        return {k: g + std * torch.randn(g.shape, generator=generator, dtype=g.dtype) for k, g in per_example.items()}
-
-    def to_json(self) -> dict:
-        return {"kind": "dp-sgd without clipping", "scale": self.noise, "clip": None}
+    original = defenses.clip_per_example
+    if fault.no_clip:
+        defenses.clip_per_example = lambda per_example, max_norm: per_example
+    try:
+        yield
+    finally:
+        defenses.clip_per_example = original
 
 
 @dataclass
@@ -110,10 +110,7 @@ def run_dpsgd(model, data: ClientData, protocol: Protocol, noise: float, clip: f
     n = len(data)
     batch = protocol.batch_size_for(n)
     q = batch / n
-    if fault.no_clip:
-        inner = _NoiseWithoutClipping(fault.noise_factor * noise, clip)
-    else:
-        inner = Defense("dp-sgd", fault.noise_factor * noise, clip)
+    inner = Defense("dp-sgd", fault.noise_factor * noise, clip)
     step = CanaryStep(inner, canaries, clip, q, [(k, m) for k, m in names], seed=seed)
     noise_gen = torch.Generator().manual_seed(int(np.random.SeedSequence([int(seed), 2]).generate_state(1)[0]))
     order_gen = torch.Generator().manual_seed(int(np.random.SeedSequence([int(seed), 4]).generate_state(1)[0]))
@@ -126,8 +123,9 @@ def run_dpsgd(model, data: ClientData, protocol: Protocol, noise: float, clip: f
         schedule = batch_schedule(n, protocol, order_gen)
         step.known_sums.clear()  # one round's sums at a time: O(steps per round × m) memory
         step.batch_sizes.clear()
-        result = local_training(model, current, data.inputs, data.labels, schedule, protocol.lr, buffers=buffers,
-                                defense=step, generator=noise_gen, keep_steps=True, train_mode=protocol.train_mode)
+        with planted(fault):
+            result = local_training(model, current, data.inputs, data.labels, schedule, protocol.lr, buffers=buffers,
+                                    defense=step, generator=noise_gen, keep_steps=True, train_mode=protocol.train_mode)
         for i, g in enumerate(result.step_grads):
             observed = step.gather(g) * step.batch_sizes[i]  # B_t·(θ_t − θ_{t+1})/η on the coordinates
             x = (observed - step.known_sums[i]) / unit
