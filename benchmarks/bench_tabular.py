@@ -11,7 +11,9 @@ Adult, λ = 0.01 fixed (the reference picks λ per cell by an oracle). Attacks: 
 and prior (marginal) baselines beside it (:mod:`fedleak.metrics.tabular`), the whole-record exact-match rate,
 and the entropy-selected quartiles. ``spear`` and ``analytic-fc`` on a FedSGD batch of 4 and 8: proved or not. The
 malicious server's ``imprint`` (128 bins, distribution fitted on 256 records of the test split) at
-B = 32.
+B = 32, and its certified slabs (``vgia``, 64 / 128 hyperplanes, offsets from the same 256 records) at B = 8 and 32:
+records certified, bit-exact, false certificates. The Flower tabular demo timed (``flower-tabular-demo``). Those
+rows go to ``docs/tabular-flower.md``, the rest to ``docs/tabular.md``.
 
 Every job is one line of ``benchmarks/results/tabular.json`` (rewritten after each job; jobs already there are
 skipped, so a stopped run resumes), with CPU seconds, wall seconds, threads, load average and device.
@@ -67,7 +69,15 @@ JOBS = {
     "tableak-fedavg-adult-b32-e5-m32": ("adult", "fedavg", 32, "tableak", {"epochs": 5}),
     "imprint-adult-b32": ("adult", "fedsgd", 32, "imprint", {}),
     "audit-adult": ("adult", "audit", None, "fedleak audit --data adult", {}),
+    # the malicious server's certified slabs (VGIA-style; hyperplane offsets from 256 records of the test split)
+    "vgia-adult-b8": ("adult", "fedsgd", 8, "vgia", {"slabs": 64}),
+    "vgia-adult-b32": ("adult", "fedsgd", 32, "vgia", {"slabs": 128}),
+    "vgia-german-b32": ("german", "fedsgd", 32, "vgia", {"slabs": 128}),
+    # the Flower tabular demo (python -m fedleak.integrations.flower.demo --task tabular): 2 nodes x 4 records, 2 rounds
+    "flower-tabular-demo": ("adult", "flower", 4, "auto", {"clients": 2, "rounds": 2}),
 }
+#: jobs the docs show apart (docs/tabular-flower.md), not in docs/tabular.md's table
+APART = ("vgia-", "flower-")
 
 
 def run_audit(name: str) -> dict:
@@ -88,15 +98,70 @@ def run_audit(name: str) -> dict:
             "load_average": [round(v, 2) for v in os.getloadavg()], "device": "cpu", "torch": torch.__version__}
 
 
+def run_flower(name: str, batch: int, seed: int) -> dict:
+    """The Flower tabular demo, timed: every reply's attack, whether it was proved, its records whole."""
+    import tempfile
+
+    from fedleak.integrations.flower.demo import run_demo
+
+    dataset, _, records, _, options = JOBS[name]
+    load_before = os.getloadavg()
+    cpu, wall = time.process_time(), time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        audit = run_demo(out, task="tabular", model_name=dataset, samples=records, seed=seed + batch, blocking=True,
+                         **options)
+        replies = [{k: r.get(k) for k in ("round", "client", "attack", "certain", "exact_match_rate", "accuracy",
+                                          "prior_accuracy")} | {"leakage": r["leakage"]["level"]}
+                   for r in audit.records]
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"job": name, "batch": batch, "dataset": dataset, "records": records, "seed": seed + batch, **options,
+            "command": f"python -m fedleak.integrations.flower.demo --task tabular --clients {options['clients']} "
+                       f"--rounds {options['rounds']} --samples {records} --out DIR",
+            "replies": replies, "proved": sum(bool(r["certain"]) for r in replies),
+            "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "threads": torch.get_num_threads(),
+            "load_average_before": [round(v, 2) for v in load_before],
+            "load_average": [round(v, 2) for v in os.getloadavg()], "device": "cpu", "torch": torch.__version__}
+
+
+#: relative difference of a continuous cell a certificate may carry: the float32 update's precision (Adult's
+#: fnlwgt, ~3e5, comes back ±2 from ΔW/Δb)
+PRECISION = 1e-4
+
+
+def certificates(schema, rec, truth, certified: list) -> dict:
+    """How the certified records compare with the client's: ``false_certificates`` (a categorical cell wrong, or a
+    continuous one off by more than :data:`PRECISION` relative: not the client's record) and ``bit_exact`` (the
+    same encoding, every bit)."""
+    false, exact = 0, 0
+    for i in (i for i, ok in enumerate(certified) if ok):
+        guess = rec.inputs[i].reshape(1, -1)
+        j = int((truth - guess).abs().max(dim=1).values.argmin())
+        exact += bool((truth[j] == guess[0]).all())
+        a, b = schema.decode(guess), schema.decode(truth[j:j + 1])
+        false += any(a[c.name][0] != b[c.name][0] if c.kind == "categorical" else
+                     abs(a[c.name][0] - b[c.name][0]) > PRECISION * max(1.0, abs(b[c.name][0]))
+                     for c in schema.columns)
+    return {"false_certificates": false, "bit_exact": exact}
+
+
 def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
     if name == "audit-adult":
         return run_audit(name)
+    if name.startswith("flower-"):
+        return run_flower(name, batch, seed)
     dataset, algorithm, records, attack_name, options = JOBS[name]
     options = dict(options)
     epochs, local_batch = options.pop("epochs", 1), options.pop("local_batch", 32)
     spec, clients = load(dataset, num_clients=batch + 1, samples_per_client=records, seed=seed)
     data = clients[batch]
     model = build("tabular-mlp", spec, seed=model_seed)
+    if attack_name == "vgia":  # the malicious server's hyperplanes, offsets from 256 records of the test split
+        from fedleak.attacks.tabular.vgia import ship
+        from fedleak.types import ClientData
+
+        _, extra = load(dataset, num_clients=1, samples_per_client=256, seed=seed, split="test")
+        model = ship(model, spec, extra[-1].inputs, slabs=options.pop("slabs"), seed=model_seed)
+        data = ClientData(data.inputs.reshape(records, *spec.shape), data.labels, data.client_id)
     if attack_name == "imprint":  # the malicious server: 128 bins fitted on 256 records of the test split
         from fedleak.modality.tabular.execute import surrogate_stats
         from fedleak.types import ClientData
@@ -128,6 +193,10 @@ def run_job(name: str, batch: int, seed: int, model_seed: int) -> dict:
            "load_average": [round(v, 2) for v in (load_before, os.getloadavg())[1]],
            "load_average_before": [round(v, 2) for v in load_before], "device": "cpu",
            "machine": platform.machine(), "torch": torch.__version__}
+    if "certified" in extras:  # vgia: each certified record against the client's, cell for cell
+        row.update({"slabs": extras["exactness"]["slabs"], "occupied_slabs": extras["exactness"]["occupied_slabs"],
+                    "certified": extras["certified_count"],
+                    **certificates(spec.schema, rec, data.inputs.reshape(records, -1), extras["certified"])})
     if "certain" in extras:
         verification = (extras.get("exactness") or {}).get("verification") or {}
         row["proved"] = bool(extras.get("certain")) and bool(verification.get("matches"))
@@ -157,7 +226,7 @@ def table(rows: list[dict]) -> str:
              "|---|---|--:|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|"]
     for name in JOBS:
         group = [r for r in rows if r["job"] == name]
-        if not group or "accuracy" not in group[0]:
+        if not group or "accuracy" not in group[0] or name.startswith(APART):
             continue
 
         def values(key, sub=None):
@@ -196,10 +265,39 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+DOC_APART = DOC.with_name("tabular-flower.md")
+
+
+def apart(rows: list[dict]) -> str:
+    """The VGIA rows (certified records, false certificates) and the Flower demo's timing, for docs/tabular-flower.md."""
+    lines = ["| data | B | slabs | batches | occupied slabs | certified records | bit-exact | false certificates | "
+             "batch proved | records whole (EMR, %) | CPU s (mean) | load avg |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for name in (n for n in JOBS if n.startswith("vgia-")):
+        group = [r for r in rows if r["job"] == name]
+        if not group:
+            continue
+        r0, n = group[0], len(group)
+        lines.append(f"| {r0['dataset']} | {r0['records']} | {r0['slabs']} | {n} | "
+                     f"{sum(r['occupied_slabs'] for r in group) / n:.1f} | "
+                     f"{sum(r['certified'] for r in group)} of {sum(r['records'] for r in group)} | "
+                     f"{sum(r['bit_exact'] for r in group)} | {sum(r['false_certificates'] for r in group)} | {sum(bool(r['proved']) for r in group)} of {n} | "
+                     f"{100 * sum(r['exact_match_rate'] for r in group) / n:.1f} | "
+                     f"{sum(r['cpu_seconds'] for r in group) / n:.2f} | "
+                     f"{_range([r['load_average'][0] for r in group])} |")
+    for r in (r for r in rows if r["job"].startswith("flower-")):
+        lines += ["", f"`{r['command']}`: {len(r['replies'])} replies attacked, {r['proved']} proved "
+                      f"({', '.join(sorted({x['attack'] for x in r['replies']}))}; records whole "
+                      f"{_range([100 * x['exact_match_rate'] for x in r['replies']])} %), {r['cpu_seconds']:.0f} CPU-s "
+                      f"({r['wall_seconds']:.0f} s wall at load average {r['load_average'][0]:.1f}, seed {r['seed']})."]
+    return "\n".join(lines)
+
+
 def write_doc(rows: list[dict]) -> None:
-    text = DOC.read_text()
-    start, end = text.index(MARK[0]) + len(MARK[0]), text.index(MARK[1])
-    DOC.write_text(text[:start] + "\n" + table(rows) + "\n" + text[end:])
+    for doc, make in ((DOC, table), (DOC_APART, apart)):
+        text = doc.read_text()
+        start, end = text.index(MARK[0]) + len(MARK[0]), text.index(MARK[1])
+        doc.write_text(text[:start] + "\n" + make(rows) + "\n" + text[end:])
 
 
 def main() -> None:
@@ -222,13 +320,14 @@ def main() -> None:
     done = {(r["job"], r["batch"]) for r in rows}
     for name in args.jobs.split(","):
         for batch in range(args.batches):
-            if (name, batch) in done or (name == "audit-adult" and batch > 0):  # the audit is timed once
+            if (name, batch) in done or (name in ("audit-adult", "flower-tabular-demo") and batch > 0):  # timed once
                 continue
             row = run_job(name, batch, args.seed, args.model_seed)
             rows.append(row)
             print(f"{name} batch {batch}: " + (
                 f"accuracy {row['accuracy']:.3f} EMR {row['exact_match_rate']:.3f} random {row['random']['accuracy']:.3f}"
-                f" prior {row['prior']['accuracy']:.3f}" if "accuracy" in row else f"verdicts {row['verdicts']}") +
+                f" prior {row['prior']['accuracy']:.3f}" if "accuracy" in row else
+                f"verdicts {row['verdicts']}" if "verdicts" in row else f"proved {row['proved']}") +
                 f" cpu {row['cpu_seconds']} s", flush=True)
             out.write_text(json.dumps({"format": "fedleak.bench-tabular/1", "script": "benchmarks/bench_tabular.py",
                                        "rows": rows}, indent=1))

@@ -64,6 +64,7 @@ ATTACKS = {
     'tableak-no-softmax': 'TabLeak ablation: pooled restarts without the softmax prior',
     'tag': 'TAG (Deng et al. 2021): relaxed one-hot text inputs matched to the update, L2 + L1',
     'tiger': 'TIGER-style continuous span attack: relaxed token choices optimized against the gradient spans, snapped, polished; degrades gracefully under noise',
+    'vgia': "VGIA-style certified recovery (Diana et al. 2026, arXiv 2604.15063): a malicious server's parallel hyperplanes cut the batch into slabs; a slab holding one record is read exactly and certified by recomputing its gradient (tables; FedSGD or one local step)",
 }
 
 MODELS = {

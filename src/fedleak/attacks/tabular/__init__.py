@@ -3,3 +3,4 @@
 they are (:mod:`fedleak.attacks.spear`, :mod:`fedleak.attacks.analytic_fc`)."""
 
 from . import tableak  # noqa: F401  (registers tableak, its ablations and the IG baseline)
+from . import vgia  # noqa: F401  (registers vgia, the malicious server's certified slabs)
