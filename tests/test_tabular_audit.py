@@ -26,9 +26,15 @@ def test_audit_adult_is_proved_with_a_record_table(tmp_path):
     assert page.count("<td class=ok>") >= 4 * 14 and "original" in page and "Verdict rule" in page
     stored = json.loads((out / "metrics.json").read_text())
     assert stored["modality"] == "tabular" and stored["verdicts"]["fedsgd"] == "high"
-    # the malicious server's imprint (64 bins) on the same 4 records: read out of its bins, not proved
+    # the malicious server on the same 4 records: the imprint (64 bins) and VGIA's 64 hyperplanes
     malicious = result["points"][0]["scenarios"]["malicious-fedsgd"]
-    assert malicious["verdict"]["evidence"] == "estimated" and "imprint" in malicious["sentence"]
+    # measured: the imprint reads 2 of the 4 records whole (not proved); VGIA's 64 hyperplanes hold each record alone
+    # in a slab and certify all 4 by recomputation: the malicious verdict is proved
+    attacks = malicious["clients"][0]["attacks"]
+    assert attacks["imprint"]["exact_match_rate"] == 0.5 and attacks["imprint"]["evidence"] == "estimated"
+    assert attacks["vgia"]["certified"] == 4 and attacks["vgia"]["exact_match_rate"] == 1.0
+    assert malicious["verdict"]["evidence"] == "proved" and malicious["verdict"]["strongest"] == "vgia"
+    assert "proved for the 100% of records certified" in malicious["sentence"]
     assert stored["environment"]["threads"] == 1 and len(stored["environment"]["load_average"]) == 3
 
 

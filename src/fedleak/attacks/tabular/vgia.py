@@ -5,7 +5,8 @@ The server ships a model whose first layer is a bank of parallel hyperplanes —
 structure, placed in front of the tabular model; its offsets at the quantiles of ``a·x`` on records the server
 holds). The hyperplanes cut the client's batch into slabs ``t_i < a·x ≤ t_{i+1}``; the gradient difference of two
 neighbouring units is the slab's own sum (Eq. 4 of Fowl et al.): ``ΔW_i = Σ_{j in slab} c_j x_j``,
-``Δb_i = Σ_j c_j``, so a slab holding one record gives it exactly, ``x = ΔW_i / Δb_i``. What VGIA adds is the
+``Δb_i = Σ_j c_j``, so a slab holding one record gives it exactly, ``x = ΔW_i / Δb_i`` (to the update's float
+precision: Adult's ``fnlwgt``, about 3·10⁵, can come back 1–2 units off from a float32 update). What VGIA adds is the
 *certificate* that a slab holds exactly one record; here it is a recomputation (DESIGN.md, "Evidence of a
 verdict"), per slab:
 

@@ -7,8 +7,9 @@ record table (:mod:`.report`). It walks the same stages as the image audit — p
 resolved plans, checked before any work), execute, judge, report — and writes the same ``report.html`` and
 ``metrics.json``, staged and moved into ``out`` only when everything is done.
 
-The malicious server imprints Robbing the Fed's block in front of the model (FedSGD; its distribution fitted on
-records no audited client holds). Not yet on tables: secure aggregation, membership, tuning; each is refused with
+The malicious server (FedSGD) imprints Robbing the Fed's block in front of the model (its distribution fitted on
+records no audited client holds) and, separately, VGIA's parallel hyperplanes (offsets from the same records), whose
+single-record slabs are certified by recomputation: that verdict can be proved. Not yet on tables: secure aggregation, membership, tuning; each is refused with
 one line rather than silently skipped.
 """
 
@@ -86,6 +87,7 @@ class TabularModality(Modality):
             width = spec.schema.width  # too few records for a disjoint part: independent unit-variance entries
             self._stats = execute.surrogate_stats(extra[-1].inputs) if len(extra) > cfg.clients else \
                 {"loc": 0.0, "scale": width ** -0.5}
+            self._server_records = extra[-1].inputs if len(extra) > cfg.clients else None  # VGIA's hyperplanes
         model = prepare_model(model_name, spec, seed=cfg.model_seed, weights=cfg.weights)
         check_fits(model, pool[0].inputs, spec, model_name)
         model = model.to(device)
@@ -142,10 +144,11 @@ class TabularModality(Modality):
             if cfg.malicious and scenario.protocol.algorithm == "fedsgd":
                 key = f"malicious-{scenario.key}"
                 clients = [execute.run_malicious(cfg, scenario, self._model_name, spec, data.subset(n), self._stats,
-                                                 cfg.seed * 1000 + k) for k, data in enumerate(pool[:cfg.clients])]
+                                                 cfg.seed * 1000 + k, self._server_records)
+                           for k, data in enumerate(pool[:cfg.clients])]
                 verdict = judge.judge(clients)
                 first = clients[0]
-                best = first["attacks"]["imprint"]
+                best = first["attacks"][first["strongest"]]
                 tables[key] = report.record_table(spec.schema, first["truth"], first["guess"], best["cells"],
                                                   best["matched"], None)
                 for c in clients:
@@ -153,8 +156,9 @@ class TabularModality(Modality):
                         c.pop(field)
                 scenarios[key] = {"protocol": scenario.protocol.to_json(), "records": n, "clients": clients,
                                   "verdict": verdict,
-                                  "sentence": judge.sentence(f"malicious server (imprint, {cfg.bins} bins), "
-                                                             f"{scenario.key} ({n} records)", verdict)}
+                                  "sentence": judge.sentence(f"malicious server (imprint and VGIA slabs, "
+                                                             f"{cfg.bins} bins), {scenario.key} ({n} records)",
+                                                             verdict)}
         return {"value": value, "settings": {"defense": plan.defense.to_text()}, "scenarios": scenarios}, tables
 
 

@@ -114,9 +114,11 @@ def surrogate_stats(records: torch.Tensor) -> dict:
     return {"loc": float(h.mean()), "scale": float(h.std().clamp_min(1e-6))}
 
 
-def run_malicious(cfg, scenario, model_name: str, spec, data, stats: dict, seed: int) -> dict:
-    """The malicious server: Robbing the Fed's imprint block (``cfg.bins`` bins) in front of the model, its
-    single-record bins read out verbatim (:mod:`fedleak.attacks.imprint`); FedSGD."""
+def run_malicious(cfg, scenario, model_name: str, spec, data, stats: dict, seed: int, server_records=None) -> dict:
+    """The malicious server, FedSGD: Robbing the Fed's imprint block (``cfg.bins`` bins) in front of the model, its
+    single-record bins read out verbatim (:mod:`fedleak.attacks.imprint`); and, where the server holds records of its
+    own (``server_records``), VGIA's parallel hyperplanes (``cfg.bins`` of them), each slab's record certified by
+    recomputation (:mod:`fedleak.attacks.tabular.vgia`: proved)."""
     from ...models import build as build_model
     from ...types import ClientData
 
@@ -134,5 +136,36 @@ def run_malicious(cfg, scenario, model_name: str, spec, data, stats: dict, seed:
     scores.update({"evidence": "estimated", "kind": "analytic", "cpu_seconds": round(seconds, 2),
                    "evidence_text": f"read verbatim out of the imprint's bins ({cfg.bins} bins, fitted on records no "
                                     f"audited client holds); measured against the true records, not recomputed"})
-    return {"client": data.client_id, "records": len(data), "attacks": {"imprint": scores}, "strongest": "imprint",
-            "guess": guess, "entropy": None, "truth": data.inputs}
+    results, guesses = {"imprint": scores}, {"imprint": guess}
+    if server_records is not None:
+        results["vgia"], guesses["vgia"] = run_vgia(cfg, scenario, model_name, spec, data, server_records, seed)
+    strongest = max(results, key=lambda k: (results[k]["exact_match_rate"], results[k]["evidence"] == "proved"))
+    return {"client": data.client_id, "records": len(data), "attacks": results, "strongest": strongest,
+            "guess": guesses[strongest], "entropy": None, "truth": data.inputs}
+
+
+def run_vgia(cfg, scenario, model_name: str, spec, data, server_records, seed: int) -> tuple[dict, torch.Tensor]:
+    """VGIA's certified slabs on one client's FedSGD update: the scores, and the records read."""
+    from ...attacks.tabular.vgia import ship
+    from ...models import build as build_model
+    from ...types import ClientData
+
+    shipped = ship(build_model(model_name, spec, seed=cfg.model_seed), spec, server_records, slabs=cfg.bins,
+                   seed=cfg.seed)
+    records = ClientData(data.inputs.reshape(len(data), *spec.shape), data.labels, data.client_id)
+    update = client_update(shipped, records, scenario.protocol, seed=seed)
+    started = time.process_time()
+    rec = build_attack("vgia", seed=cfg.seed).reconstruct(update, shipped, spec)
+    seconds = time.process_time() - started
+    guess = rec.inputs.reshape(rec.inputs.shape[0], spec.schema.width)
+    scores = evaluate(spec.schema, guess, data.inputs, seed=cfg.seed)
+    count, n = rec.extras["certified_count"], len(data)
+    whole = bool(rec.extras["certain"])
+    scores.update({"evidence": "proved" if count else "not-found", "kind": "exact", "cpu_seconds": round(seconds, 2),
+                   "certified": count,
+                   "evidence_text": (f"{count} of {n} records certified alone in their slab of {cfg.bins} parallel "
+                                     "hyperplanes, each by recomputing its share of the update from it"
+                                     + ("; the whole update recomputed from all of them matches the one sent"
+                                        if whole else "") if count else
+                                     f"no slab of the {cfg.bins} hyperplanes held a single record")})
+    return scores, guess

@@ -46,6 +46,9 @@ def judge(clients: list[dict]) -> dict:
             "proved": all(s["evidence"] == "proved" for s in scores),
             "evidence": "proved" if all(s["evidence"] == "proved" for s in scores) else scores[0]["evidence"],
         }
+        if all("certified" in s for s in scores):  # VGIA: records proved one by one (their share of the update)
+            per_attack[name]["certified_percent"] = 100 * _mean(s["certified"] / c["records"]
+                                                                for s, c in zip(scores, clients))
     if not per_attack:
         return {"verdict": "not run", "evidence": "not-found", "strongest": None, "attacks": {}}
     strongest = max(per_attack, key=lambda k: (per_attack[k]["recognizable_percent"], per_attack[k]["proved"],
@@ -67,7 +70,11 @@ def sentence(threat: str, result: dict) -> str:
     if result["verdict"] == "not run":
         return f"{threat}: not run."
     best = result["attacks"][result["strongest"]]
-    how = {"proved": "proved (the update recomputed from the recovered records matches the one sent)",
+    proved = ("proved (the update recomputed from the recovered records matches the one sent)"
+              if "certified_percent" not in best else
+              f"proved for the {best['certified_percent']:.0f}% of records certified alone in their slab (each "
+              f"record's share of the update recomputed from it matches the one sent)")
+    how = {"proved": proved,
            "estimated": "estimated: measured against the true records, not proved by recomputing the update",
            "not-found": "nothing recovered at the stated budget; not evidence of protection"}[result["evidence"]]
     return (f"{threat}: leakage {result['verdict']} — {result['strongest']} recovers "
