@@ -18,9 +18,10 @@ carry it. On SmolLM2 at FlowerTune's CPU shape (16 × 64 tokens, 10 local steps,
 the cosine was near chance where the fit separated members (``benchmarks/results/llm_flowertune.json``
 records both). The centred cosine (minus the candidates' mean gradient) and the raw cosine are kept beside it.
 
-A candidate's gradient is computed by the one client-update function
-(:func:`fedleak.fl.client.local_training`, one step on that document alone, in eval mode: the server
-does not know the client's dropout masks, so it uses the expected network). Only the trainable
+A candidate's gradient is computed by the client's own functions (its per-example gradients,
+:func:`fedleak.fl.client.per_example_gradients`, for the language-model wrappers; else
+:func:`fedleak.fl.client.local_training`, one step on that document alone), in eval mode: the server
+does not know the client's dropout masks, so it uses the expected network. Only the trainable
 parameters count (the LoRA adapters under LoRA, as the update carries). When the stored candidate
 gradients would exceed :data:`EXACT_LIMIT` floats they are compressed by a seeded random-sign
 sketch to :data:`SKETCH_DIM` coordinates, which preserves inner products in expectation.
@@ -39,6 +40,8 @@ from ...types import Update
 
 EXACT_LIMIT = 250_000_000
 SKETCH_DIM = 1 << 16
+#: candidates a pass of per-example gradients
+CHUNK = 16
 
 #: the membership attacks of the text audit (``fedleak attacks`` lists them; each scores candidate documents)
 MEMBERSHIP_ATTACKS = {
@@ -72,8 +75,10 @@ def _flat(params: dict, names: list) -> torch.Tensor:
 def candidate_gradients(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None,
                         *, names: Optional[list] = None, transform: Optional[Callable] = None,
                         progress: Optional[Callable[[int, int], None]] = None) -> torch.Tensor:
-    """(M, P) flattened gradients of each candidate sequence alone at θˢ (eval mode, the model's loss)."""
-    from ...fl.client import local_training
+    """(M, P) flattened gradients of each candidate sequence alone at θˢ (eval mode, the model's loss): by the
+    client's per-example gradients (:func:`fedleak.fl.client.per_example_gradients`, :data:`CHUNK` candidates
+    a pass) for the language-model wrappers, else one client step per candidate (the same values)."""
+    from ...fl.client import local_training, per_example_gradients
     from .common import labels_for
 
     names = names if names is not None else list(update.server_params)
@@ -81,6 +86,21 @@ def candidate_gradients(model: nn.Module, update: Update, ids: torch.Tensor, lab
     labels = labels_for(model, ids, labels)
     loss_fn = getattr(model, "loss_fn", None)
     rows = []
+    if callable(loss_fn):
+        buffers = {k: v.detach() for k, v in (getattr(update, "buffers", None) or {}).items()}
+        previous = model.training
+        model.eval()
+        try:
+            for first in range(0, ids.shape[0], CHUNK):
+                part = per_example_gradients(model, params, buffers, ids[first:first + CHUNK],
+                                             labels[first:first + CHUNK], loss_fn)
+                flat = torch.cat([part[k].detach().reshape(part[k].shape[0], -1).float() for k in names], 1)
+                rows.extend(transform(row) if transform is not None else row for row in flat)
+                if progress is not None:
+                    progress(min(first + CHUNK, ids.shape[0]), ids.shape[0])
+        finally:
+            model.train(previous)
+        return torch.stack(rows)
     for i in range(ids.shape[0]):
         result = local_training(model, params, ids[i:i + 1], labels[i:i + 1], [[torch.tensor([0])]], 1.0,
                                 loss_fn=loss_fn, train_mode=False)
