@@ -148,6 +148,9 @@ def test_adam_fit_beats_the_joint_fit_under_the_flowertune_client():
     members = [True] * n + [False] * n
     adam, joint = membership_metrics(got["scores"], members), membership_metrics(got["joint"], members)
     assert got["optimizer"] == "adamw" and got["batch"] == 4 and got["kept"] == got["parameters"]
+    lora_a = sum(v.numel() for k, v in update.server_params.items() if ".lora_A." in k)
+    assert got["silent"] == lora_a  # round 1: B = 0, so no candidate's gradient moves A (the update's A moved)
+    assert all(update.delta()[k].abs().max() > 0 for k in update.server_params if ".lora_A." in k)
     assert adam["auc"] == pytest.approx(0.953, abs=0.01) and adam["tpr_at_1pct_fpr"] >= 0.4
     assert joint["auc"] == pytest.approx(0.918, abs=0.01) and adam["auc"] > joint["auc"] + 0.02
     with pytest.raises(FedleakError, match="adam-fit needs at least 2 candidate sequences"):

@@ -65,7 +65,8 @@ def fit_scores(grads: torch.Tensor, delta: torch.Tensor, optimizer: str, batch: 
 def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None, *,
                     seed: int = 0, progress: Optional[Callable[[int, int], None]] = None) -> dict:
     """``{scores (the coefficients), joint (the plain fit on the same gradients), cosine (centred), raw (cosine),
-    seconds, parameters, kept}`` for the candidate sequences ``ids`` (M, L): one gradient per candidate serves all."""
+    seconds, parameters, kept, silent}`` for the candidate sequences ``ids`` (M, L): one gradient per candidate serves
+    all. ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0)."""
     if ids.dim() != 2 or ids.shape[0] < 2:
         raise FedleakError(f"adam-fit needs at least 2 candidate sequences (M, L), got {tuple(ids.shape)}")
     start = time.perf_counter()
@@ -86,6 +87,7 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
     return {"scores": scores.tolist(), "joint": plain.tolist(), "cosine": centred.tolist(), "raw": raw.tolist(),
             "seconds": time.perf_counter() - start,
             "parameters": int(numel), "kept": int(delta.numel()), "optimizer": optimizer, "batch": int(batch),
+            "silent": int((grads == 0).all(0).sum()),
             "statistic": ("coefficient of the candidate's gradient (at the server's weights), each coordinate scaled by "
                           "AdamW's linearised step 1/sqrt(mu^2 + sigma^2/b) from the candidates, in the least-squares "
                           "fit of the update on all candidates jointly" if optimizer == "adamw" else
