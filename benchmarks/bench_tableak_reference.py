@@ -304,20 +304,23 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     lines = ["| data | B | restarts × iterations | batches | implementation | accuracy, reference metric (%) | "
-             "categorical | continuous | EMR (%) | accuracy, fedleak metric (%) | CPU s per batch | CPU ratio | "
-             "load avg |",
-             "|---|--:|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "categorical | continuous | EMR (%) | accuracy, fedleak metric (%) | fedleak ≥ reference (batches) | "
+             "CPU s per batch | CPU ratio | load avg |",
+             "|---|--:|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for e in summary(rows):
         cpu = {impl: statistics.mean(e[impl]["cpu_seconds"]) for impl in IMPLEMENTATIONS}
+        wins = sum(a >= b for a, b in zip(e["fedleak"]["reference_metric"]["accuracy"],
+                                          e["reference"]["reference_metric"]["accuracy"]))
         for impl in IMPLEMENTATIONS:
             m, f = e[impl]["reference_metric"], e[impl]["fedleak_metric"]
             ratio = f"{cpu['reference'] / max(cpu['fedleak'], 1e-9):.1f}×" if impl == "fedleak" else "1×"
+            won = f"{wins} of {len(e['batches'])}" if impl == "fedleak" else ""
             lines.append(f"| {e['dataset']} | {e['records']} | {e['restarts']} × {e['iterations']} | "
                          f"{len(e['batches'])} | {impl} | {_ms(m['accuracy'])} | {_ms(m['categorical_accuracy'])} | "
-                         f"{_ms(m['continuous_accuracy'])} | {_ms(m['exact_match_rate'])} | {_ms(f['accuracy'])} | "
+                         f"{_ms(m['continuous_accuracy'])} | {_ms(m['exact_match_rate'])} | {_ms(f['accuracy'])} | {won} | "
                          f"{cpu[impl]:.0f} | {ratio} | {statistics.mean(e[impl]['load_average']):.1f} |")
         lines.append(f"| {e['dataset']} | {e['records']} | | {len(e['batches'])} | random / prior baseline "
-                     f"(fedleak metric) | | | | | {_ms(e['random'])} / {_ms(e['prior'])} | | | |")
+                     f"(fedleak metric) | | | | | {_ms(e['random'])} / {_ms(e['prior'])} | | | | |")
     return "\n".join(lines)
 
 

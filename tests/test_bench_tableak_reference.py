@@ -68,4 +68,4 @@ def test_the_summary_compares_only_batches_both_finished(bench):
     assert entry["fedleak"]["reference_metric"]["accuracy"] == [0.8, 0.9]
     text = bench.table(rows)
     assert "| fedleak | 85.0 ± 7.1 |" in text and "| reference | 75.0 ± 7.1 |" in text
-    assert "| 60 | 11.7× |" in text  # 700 / 60 CPU-s
+    assert "| 2 of 2 | 60 | 11.7× |" in text  # 700 / 60 CPU-s
