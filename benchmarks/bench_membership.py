@@ -40,8 +40,8 @@ from fedleak.types import ClientData, Protocol
 from _results import fresh
 from bench_llm import ensure_folder
 
-SPLIT_RULE = ("the text's windows of L tokens shuffled with the seed; client k trains on windows [160k, 160k+160); "
-              "its non-member candidates are windows held back from the same shuffled pool after every client's "
+SPLIT_RULE = ("the text's windows of L tokens shuffled with the seed, each distinct window once; client k trains on "
+              "windows [160k, 160k+160); its non-member candidates are windows held back from the same shuffled pool after every client's "
               "(the same documents, never trained on by any client)")
 
 
@@ -49,6 +49,17 @@ def environment() -> dict:
     return {"threads": torch.get_num_threads(), "load_average": list(os.getloadavg()), "device": "cpu",
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
             "torch": torch.__version__, "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def distinct(ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each distinct window once, in the shuffled order (a repeated passage could be a member and a non-member)."""
+    seen, keep = set(), []
+    for i, row in enumerate(ids.tolist()):
+        if tuple(row) not in seen:
+            seen.add(tuple(row))
+            keep.append(i)
+    keep_t = torch.tensor(keep)
+    return ids[keep_t], labels[keep_t]
 
 
 def summary(scores: list, members: list, seconds: float) -> dict:
@@ -83,7 +94,8 @@ def main() -> None:
     spec, pool = fedleak.data.load("text", root=args.data_root, num_clients=1, samples_per_client=None,
                                    seed=args.seed, tokenizer=tokenizer, seq_len=args.seq_len, task="causal-lm",
                                    partition="iid")
-    ids, labels = pool[0].inputs, pool[0].labels
+    ids, labels = distinct(pool[0].inputs, pool[0].labels)
+    repeated = int(pool[0].inputs.shape[0] - ids.shape[0])
     extra = args.non_members if args.non_members is not None else per
     need = (per + extra) * args.clients
     if ids.shape[0] < need:
@@ -99,7 +111,7 @@ def main() -> None:
                          "optimizer": protocol.optimizer, "lr": args.lr, "schedule": "constant within the round (round 1)",
                          "round": "1 (B = 0: the server's adapters as initialised)"},
               "corpus": args.data_root or "embedded (scikit-learn dataset descriptions, Python stdlib docstrings)",
-              "windows": int(ids.shape[0]), "split": SPLIT_RULE, "model_load_seconds": load_s, "clients": []}
+              "windows": int(ids.shape[0]), "windows_repeated": repeated, "split": SPLIT_RULE, "model_load_seconds": load_s, "clients": []}
     pooled: dict = {}
     held = per * args.clients
     for k in range(args.clients):

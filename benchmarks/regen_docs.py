@@ -290,7 +290,8 @@ def llm_membership() -> str:
     rows = ["| shape | optimizer | corpus | seed | members / non-members | statistic | AUC (95 % CI, DeLong) | "
             "TPR at 1 % FPR | TPR at 0.1 % FPR | scoring wall s | client's update wall s | load average | file |",
             "|---|---|---|--:|---|---|---|--:|--:|--:|--:|--:|---|"]
-    files = sorted(RESULTS.glob("membership_seed*.json")) + sorted(RESULTS.glob("membership_heldout*.json"))
+    files = sorted(RESULTS.glob("membership_seed*.json")) + sorted(RESULTS.glob("membership_adamfit*.json")) \
+        + sorted(RESULTS.glob("membership_heldout*.json"))
     for path in files:
         d = json.loads(path.read_text())
         client_s = sum(c["client_update_seconds"] for c in d["clients"])
@@ -307,6 +308,45 @@ def llm_membership() -> str:
     return "\n".join(rows) + (f"\n\nNon-members: {split}. Seconds are wall time of one thread under `nice -n 19` at the "
                               "load average shown (a shared 2-core machine): the scoring and the client's update ran "
                               "under the same load, so their ratio is the cost comparison, not their values.\n")
+
+
+def llm_membership_tiny() -> str:
+    """The membership scores compared on llama-tiny (``bench_membership_tiny.py``): one row per case, corpus and seed,
+    each statistic's pooled AUC (DeLong 95 % CI) / TPR at 1 % FPR, and CPU seconds per client."""
+    files = sorted(RESULTS.glob("membership_tiny*.json"))
+    if not files:
+        return "No `bench_membership_tiny.py` results file yet.\n"
+    loaded = [(path, json.loads(path.read_text())) for path in files]
+    d = loaded[0][1]
+    names = (("adam-fit", "AdamW fit"), ("joint-fit", "joint fit"), ("projres", "ProjRes"), ("loss-diff", "loss diff"),
+             ("loss-diff-top20", "loss diff, top 20 % tokens"), ("cosine", "centred cosine"))
+    rows = ["| case | shape | corpus | seed | members / non-members | "
+            + " | ".join(f"{label}: AUC (95 % CI) / TPR at 1 % FPR" for _, label in names)
+            + " | CPU s per client: update / both fits / ProjRes / loss diff | file |",
+            "|---|---|---|--:|---|" + "---|" * len(names) + "---|---|"]
+    for path, r in ((path, r) for path, f in loaded for r in f["rows"]):
+        pooled, n = r.get("pooled") or {}, max(1, len(r["clients"]))
+        if not pooled:
+            continue
+        cells = []
+        for key, _ in names:
+            s = pooled[key]
+            ci = s["auc_ci95"]
+            cells.append(f"{s['auc']:.3f} ({ci[0]:.2f}–{ci[1]:.2f}) / {s['tpr_at_1pct_fpr']:.2f}")
+        first = pooled["adam-fit"]
+        cost = " / ".join(f"{v:.1f}" for v in (sum(c["client_update_cpu_seconds"] for c in r["clients"]) / n,
+                                                pooled["adam-fit"]["cpu_seconds"] / n, pooled["projres"]["cpu_seconds"] / n,
+                                                pooled["loss-diff"]["cpu_seconds"] / n))
+        lora = r["client"]["lora"]
+        case = (f"LoRA r {lora['rank']}, dropout {lora['dropout']:g}" if lora else "full fine-tuning") + \
+            f", {r['client']['optimizer']} lr {r['client']['lr']:g}"
+        rows.append(f"| {case} | {r['shape']} | {r['corpus']} | {r['seed']} | {first['members']} / "
+                    f"{first['non_members']} | " + " | ".join(cells) + f" | {cost} | `benchmarks/results/{path.name}` |")
+    loads = ", ".join(f"{f['environment']['load_average'][0]:.1f}" for _, f in loaded)
+    return "\n".join(rows) + (f"\n\n{d['model']}; corpora: " + "; ".join(f"{k}: {v}" for k, v in d["corpora"].items())
+                              + f". Non-members: {d['split']}. Scores pooled over each row's clients; "
+                              f"{d['environment']['threads']} thread, load average {loads} at the start of each file "
+                              "(`benchmarks/bench_membership_tiny.py`).\n")
 
 
 def llm_membership_dp() -> str:
@@ -402,7 +442,8 @@ TABLES = {"readme-audit": readme_audit, "audit-spread": audit_spread, "readme-ta
           "verdict-audit": verdict_audit, "mlp-exact": mlp_exact, "label-counts": label_counts,
           "gpu-speed": gpu_speed, "text-cases": text_cases, "text-heldout": text_heldout,
           "llm-dager": llm_dager, "llm-boundary": llm_boundary, "llm-flowertune": llm_flowertune,
-          "llm-membership": llm_membership, "llm-membership-dp": llm_membership_dp}
+          "llm-membership": llm_membership, "llm-membership-dp": llm_membership_dp,
+          "llm-membership-tiny": llm_membership_tiny}
 
 
 def _unbacked_claims(path: Path, text: str) -> list[str]:
