@@ -154,7 +154,7 @@ def staged(modality, cfg, out: Path, log, progress, sweep, values, plans, device
     model_for = modality.models(cfg, model_name, spec, pool, plans, device, show)
     model = model_for(plans[0])
     try:
-        public = surrogate_clients(cfg, pool, max_samples, modality.surrogate_model(model_name)) if cfg.tune else ()
+        public = surrogate_clients(cfg, pool, max_samples, modality, model_name) if cfg.tune else ()
         context = RunContext(cfg, spec, device, show, tuple(public), budget=threats.AttackBudget.of(cfg))
         auditor = Auditor(context, model, pool)
         n_params = sum(p.numel() for p in model.parameters())

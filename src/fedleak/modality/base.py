@@ -76,9 +76,9 @@ class Modality:
         """Items held back from every audited client (membership candidates), or ``None``."""
         return None
 
-    def surrogate_model(self, model_name: str) -> Optional[str]:
-        """The model whose tokenizer cuts the tuner's surrogate clients (``None``: the dataset's other split)."""
-        return None
+    def surrogates(self, cfg, pool: list, samples: int, model_name: str) -> list:
+        """The tuner's candidate surrogate clients (``--tune``), none of them an audited one."""
+        raise NotImplementedError
 
     # -- execute ------------------------------------------------------------------------------------
     def score(self, rec, client, spec, *, tokenizer=None, **options) -> dict:

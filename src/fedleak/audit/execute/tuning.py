@@ -159,32 +159,14 @@ def tuned_choice(choice: AttackChoice, record: dict) -> AttackChoice:
     return AttackChoice(choice.name, {**choice.options, **record["options"]}, choice.title)
 
 
-def surrogate_clients(cfg, pool: list, samples: int, text_model=None) -> list:
-    """The tuner's clients (issue 20): the dataset's *other* split, checked disjoint from the audited pool.
-
-    Text (``text_model``: the audited model's name): the sequences after the audited clients', cut with the
-    model's own tokenizer and task (:func:`fedleak.audit.plan.text.prepare`)."""
-    from ... import data
-    from ..plan.text import prepare
-
-    if text_model is not None:
-        _, more, _, _ = prepare(cfg, text_model, len(pool) + cfg.tune_clients, samples)
-        public = [c for c in more[len(pool):] if len(c) >= samples][: cfg.tune_clients]
-        if not public:
-            raise FedleakError(f"--tune: the text has no surrogate client with {samples} sequences beyond the "
-                               f"{len(pool)} audited one(s)")
-        check_disjoint(public, pool)
-        return public
-    try:
-        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=cfg.tune_clients, samples_per_client=samples,
-                              seed=cfg.seed + 1, split="test")
-    except FedleakError:
-        _, public = data.load(cfg.data, root=cfg.data_root, num_clients=len(pool) + cfg.tune_clients,
-                              samples_per_client=samples, seed=cfg.seed + 1)
-        public = public[len(pool):]
-    public = [c for c in public if len(c) >= samples][: cfg.tune_clients]
+def surrogate_clients(cfg, pool: list, samples: int, modality, model_name: str) -> list:
+    """The tuner's clients (issue 20), checked disjoint from the audited pool: the modality's
+    (:meth:`fedleak.modality.Modality.surrogates`: images, the dataset's *other* split; text, the sequences after
+    the audited clients', cut with the model's own tokenizer and task)."""
+    more = modality.surrogates(cfg, pool, samples, model_name)
+    public = [c for c in more if len(c) >= samples][: cfg.tune_clients]
     if not public:
-        raise FedleakError(f"--tune: dataset {cfg.data!r} has no surrogate client with {samples} samples "
-                           f"outside the audited ones")
+        raise FedleakError(f"--tune: {cfg.data!r} has no surrogate client with {samples} {modality.items} outside "
+                           f"the {len(pool)} audited one(s)")
     check_disjoint(public, pool)
     return public

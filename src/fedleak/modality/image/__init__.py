@@ -79,6 +79,20 @@ class ImageModality(Modality):
         model = model.to(device)
         return lambda plan: model
 
+    def surrogates(self, cfg, pool: list, samples: int, model_name: str) -> list:
+        """The dataset's other split (its test split; else the clients after the audited ones)."""
+        from ... import data
+        from ...errors import FedleakError
+
+        try:
+            _, public = data.load(cfg.data, root=cfg.data_root, num_clients=cfg.tune_clients,
+                                  samples_per_client=samples, seed=cfg.seed + 1, split="test")
+            return public
+        except FedleakError:
+            _, public = data.load(cfg.data, root=cfg.data_root, num_clients=len(pool) + cfg.tune_clients,
+                                  samples_per_client=samples, seed=cfg.seed + 1)
+            return public[len(pool):]
+
     # -- execute ------------------------------------------------------------------------------------
     def score(self, rec, client, spec, *, tokenizer=None, **options) -> dict:
         """PSNR, SSIM, Rec %, IIP, LPIPS, label counts (:func:`fedleak.metrics.evaluate.evaluate_images`)."""

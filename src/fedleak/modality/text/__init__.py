@@ -112,8 +112,12 @@ class TextModality(Modality):
 
         return text_membership.outside_pool(cfg, model_name, needed, samples)
 
-    def surrogate_model(self, model_name: str):
-        return model_name
+    def surrogates(self, cfg, pool: list, samples: int, model_name: str) -> list:
+        """The sequences after the audited clients', cut with the model's own tokenizer and task."""
+        from ...audit.plan.text import prepare
+
+        _, more, _, _ = prepare(cfg, model_name, len(pool) + cfg.tune_clients, samples)
+        return more[len(pool):]
 
     # -- execute ------------------------------------------------------------------------------------
     def score(self, rec, client, spec, *, tokenizer=None, **options) -> dict:
