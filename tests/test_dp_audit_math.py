@@ -111,3 +111,22 @@ def test_docs_numbers_come_from_the_results_file():
     assert (root / "benchmarks" / "results" / "dp_audit.json").exists()
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "dp_audit_doc.py"), "--check"])
     assert done.returncode == 0, "run python benchmarks/dp_audit_doc.py"
+
+
+def test_claim_design_holds_its_level_and_finds_half_the_noise():
+    """The client-level claim test's pre-registered design (diagnose.claim_design, from m and μ only: 30 % "in"
+    guesses at 200 canaries, 15 % at 1,000): on the Gaussian mechanism at the claimed μ (ε = 4) with 1,000 canaries
+    it never rejects on 10 seeds (these: min p 0.67); noise ×0.1 is rejected on every seed, noise ×0.5 (2μ) at
+    p < 0.01 on 4 of 10 seeds (its typical run sits at p ≈ 0.01: the power this budget has). About 5 s."""
+    from fedleak.privacy.diagnose import claim_design, claim_guesses
+
+    mu = gdp.mu_of(4.0, DELTA)
+    assert claim_design(100, 100, mu) == (0.3, False) and claim_design(500, 500, mu) == (0.15, False)
+
+    def p(factor, seed):
+        scores, included = _gaussian_mechanism(mu / factor, 1000, seed)
+        return one_run.gdp_p_value(mu, claim_guesses(scores, included, mu)[0])
+
+    assert min(p(1.0, seed) for seed in range(10)) >= 0.01
+    assert max(p(0.1, seed) for seed in range(5)) < 0.01
+    assert sum(p(0.5, seed) < 0.01 for seed in range(10)) >= 4

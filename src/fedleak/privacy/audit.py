@@ -242,7 +242,7 @@ def _client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dic
     """The one DP verdict of the client-level audit (:mod:`.verdict`). The simulated federation adds Gaussian noise
     to clipped updates (fixed or adaptive clipping, central or LocalDpMod): Gaussian by construction. A user's own
     aggregator (``CanaryAudit``) is not, and takes the assumption-free bound (``gaussian=None``)."""
-    from .diagnose import DETECT_FRACTION
+    from .diagnose import claim_guesses
     from .one_run import gdp_p_value, guess, steinke_p_value
     from .verdict import dp_verdict, shift_power, z_test
 
@@ -254,7 +254,7 @@ def _client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dic
 
     def p_of(s, inc):
         if gaussian:
-            return gdp_p_value(mu_claimed, guess(s, inc, DETECT_FRACTION, two_sided=False))
+            return gdp_p_value(mu_claimed, claim_guesses(s, inc, mu_claimed)[0])
         g = guess(s, inc)
         return steinke_p_value(g.m, g.r, g.v, claimed, delta)
 

@@ -2,11 +2,10 @@
 
 * **Claim test (proved).** The claim "each canary's inclusion is μ-GDP with μ = √T/σ" (what the
   accountant assumes) is tested with Mahloujifar et al.'s one-run f-DP analysis
-  (:func:`fedleak.privacy.one_run.gdp_p_value`) on pre-registered one-sided guesses: "in" for the
-  ⌈:data:`DETECT_FRACTION`·m⌉ highest statistics (enough guesses to reach p < 0.01 at m = 200; at m = 1,000 the
-  two-sided guesses of the 95 % bound are the stronger test, and the verdict also counts that bound above the
-  claim). p < ``alpha`` rejects the claim (rigorously where the mechanism is Gaussian by construction:
-  :mod:`.verdict`).
+  (:func:`fedleak.privacy.one_run.gdp_p_value`) on pre-registered one-sided guesses ("in" for the highest
+  statistics): the fraction guessed is fixed from m and μ before the run (:func:`claim_design`), the one whose
+  typical run finds noise ×0.1 and then noise ×0.5 best (30 % at 200 canaries, fewer at 1,000). p < ``alpha`` rejects the claim (rigorously where the mechanism is Gaussian by
+  construction: :mod:`.verdict`).
 * **Which setting (estimated, once the claim is rejected or a client flagged).** Canaries at the clip norm C separate by μ̂_C; under working clipping the
   canaries of raw norm s·C separate alike. μ̂_C above the claim points at the noise (the noise in force
   ≈ σ·μ/μ̂_C); μ̂_sC ≫ μ̂_C points at the clipping (updates reach the noise unclipped).
@@ -18,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -26,8 +26,41 @@ from scipy.stats import norm
 from .estimate import estimate
 from .one_run import gdp_p_value, guess, p_text
 
-#: one-sided "in" guesses of the claim test, as a fraction of the canaries (fixed in advance)
+#: one-sided "in" guesses of the claim test, as a fraction of the canaries (the design when no other is chosen)
 DETECT_FRACTION = 0.3
+#: the claim test's candidate designs: the fraction of the canaries guessed "in" (one-sided: the low tail, whatever
+#: a fault does to it, never enters)
+DESIGNS = tuple((f, False) for f in (0.03, 0.05, 0.08, 0.1, 0.15, 0.2, 0.3))
+#: the faults the claim test's design is chosen for: noise at these factors of the claimed σ (the first must be
+#: found in a typical run whenever some design can; the second as strongly as possible then)
+DESIGN_NOISE_FAULTS = (0.1, 0.5)
+
+
+@functools.lru_cache(maxsize=256)
+def claim_design(n_in: int, n_out: int, mu_claimed: float, alpha: float = 0.01) -> tuple[float, bool]:
+    """The claim test's guesses, pre-registered from m and the claim alone (never the canaries' scores, so the test
+    keeps its level: Mahloujifar et al.'s analysis holds for any guesses fixed in advance). A *typical* run with the
+    noise at factor f (seen canaries N(μ/f, 1) at their (i − ½)/n quantiles, unseen N(0, 1)) is scored for each
+    design; the one chosen finds noise ×0.1 at p < ``alpha`` if any design does, and among those gives noise ×0.5
+    the lowest p (at 200 canaries that is 30 % of them, at 1,000 fewer)."""
+    if n_in < 2 or n_out < 2 or not math.isfinite(mu_claimed) or mu_claimed <= 0:
+        return DETECT_FRACTION, False
+    inc = np.r_[np.ones(n_in, bool), np.zeros(n_out, bool)]
+    unseen = norm.ppf((np.arange(n_out) + 0.5) / n_out)
+
+    def p(design, factor):
+        seen = norm.ppf((np.arange(n_in) + 0.5) / n_in) + mu_claimed / factor
+        return gdp_p_value(mu_claimed, guess(np.r_[seen, unseen], inc, design[0], two_sided=design[1]))
+
+    big, small = DESIGN_NOISE_FAULTS
+    return min(DESIGNS, key=lambda d: (p(d, big) >= alpha, p(d, small), -d[0]))
+
+
+def claim_guesses(scores, included, mu_claimed: float):
+    """The claim test's guesses on these scores, with the design :func:`claim_design` fixes in advance."""
+    included = np.asarray(included, bool)
+    fraction, two_sided = claim_design(int(included.sum()), int((~included).sum()), float(mu_claimed))
+    return guess(scores, included, fraction, two_sided=two_sided), fraction, two_sided
 #: an estimated finding needs the separation to exceed the claim by this factor (a material violation)
 MARGIN = 1.5
 
@@ -37,7 +70,7 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
     scores = np.asarray(scores, float)
     included = np.asarray(included, bool)
     small = np.asarray(raw_norm) == 1.0
-    g = guess(scores, included, DETECT_FRACTION, two_sided=False)
+    g, fraction, two_sided = claim_guesses(scores, included, mu_claimed)
     p_claim = gdp_p_value(mu_claimed, g)
     est_small = estimate(scores[small], included[small], delta)["mu"] if small.sum() > 3 else math.nan
     est_large = estimate(scores[~small], included[~small], delta)["mu"] if (~small).sum() > 3 else math.nan
@@ -78,7 +111,9 @@ def diagnose(scores, included, raw_norm, node, mu_claimed: float, noise: float, 
                             f"against {est_small:.2f} for those at the clip norm: updates reach the noise unclipped "
                             "on every client (clipping missing everywhere or applied after the noise; clipping setting).")
     evidence = "proved" if p_claim < alpha else ("estimated" if detected else None)
-    return {"mu_claimed": mu_claimed, "alpha": alpha, "claim_test": {**g.to_json(), "p_value": p_claim},
+    return {"mu_claimed": mu_claimed, "alpha": alpha,
+            "claim_test": {**g.to_json(), "p_value": p_claim, "guess_fraction": fraction, "two_sided": two_sided,
+                           "design": "fixed before the run from m and μ: finds noise ×0.1, then ×0.5 best (claim_design)"},
             "mu_estimated_at_clip_norm": est_small, "mu_estimated_above_clip_norm": est_large,
             "clients": nodes, "flagged_clients": flagged_nodes, "detected": evidence is not None,
             "evidence": evidence, "findings": findings}

@@ -237,12 +237,12 @@ class CanaryAudit(Strategy):
         result["threat"] = "all-iterates"
         result["epsilon_accountant"] = acc = self._accountant()
         if acc.get("canary_noise_multiplier"):  # is the σ the canaries should see in force? (as fedleak dp-audit asks)
-            from ...privacy.diagnose import DETECT_FRACTION
+            from ...privacy.diagnose import claim_guesses
             from ...privacy.gdp import composed_mu
-            from ...privacy.one_run import gdp_p_value, guess
+            from ...privacy.one_run import gdp_p_value
 
             mu = composed_mu(acc["canary_noise_multiplier"], self.rounds)
-            g = guess(scores["all-iterates"], self.included, DETECT_FRACTION, two_sided=False)
+            g = claim_guesses(scores["all-iterates"], self.included, mu)[0]
             p = gdp_p_value(mu, g)
             result["claim_test"] = {**g.to_json(), "mu_claimed": mu, "p_value": p, "alpha": 0.01,
                                     "rejected": p < 0.01, "gaussian": gaussian,
