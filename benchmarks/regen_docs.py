@@ -332,7 +332,7 @@ def llm_membership_tiny() -> str:
         for key, _ in names:
             s = pooled[key]
             ci = s["auc_ci95"]
-            cells.append(f"{s['auc']:.3f} ({ci[0]:.2f}–{ci[1]:.2f}) / {s['tpr_at_1pct_fpr']:.2f}")
+            cells.append(f"{s['auc']:.3f} ({ci[0]:.3f}–{ci[1]:.3f}) / {s['tpr_at_1pct_fpr']:.2f}")
         first = pooled["adam-fit"]
         cost = " / ".join(f"{v:.1f}" for v in (sum(c["client_update_cpu_seconds"] for c in r["clients"]) / n,
                                                 pooled["adam-fit"]["cpu_seconds"] / n, pooled["projres"]["cpu_seconds"] / n,
