@@ -4,7 +4,7 @@ A FlowerTune-shaped client scaled to ``llama-tiny`` (LoRA r 8, dropout 0.075 on 
 10 local steps of 4 × 16 tokens; 40 members and 40 non-members held back from the same shuffled corpus); the
 client's update passes through ``flower-central-dp:noise=σ,clip=C,clients=K`` (fedleak's copy of Flower's
 ``DifferentialPrivacyClientSideFixedClipping`` + server noise σ·C/K on the mean, :mod:`fedleak.fl.update_filters`),
-then ProjRes and the joint fit score the candidates (:func:`fedleak.audit.execute.membership.measure`). One
+then ProjRes, the joint fit and the AdamW fit score the candidates (:func:`fedleak.audit.execute.membership.measure`). One
 row per σ with Flower's ε, AUC (DeLong 95 % CI) and TPR at 1 % FPR; the results file is rewritten after every
 row. Flower's central DP adds its noise to the aggregate the server releases, after the server has seen each
 client's clipped update: against the honest-but-curious server itself it is clipping only. For contrast, rows of

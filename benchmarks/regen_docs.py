@@ -352,16 +352,19 @@ def llm_membership_tiny() -> str:
 def llm_membership_dp() -> str:
     """Membership under Flower's DP wrappers (``bench_membership_dp.py``): one row per σ (central) or ε (local)."""
     d = _load("membership_dp.json")
-    rows = ["| Flower wrapper | σ or ε | Flower's ε (δ 1e-5, 1 round) | ProjRes AUC (95 % CI) | joint fit AUC (95 % CI) | "
-            "joint fit TPR at 1 % FPR |", "|---|--:|--:|---|---|--:|"]
+    fits = [k for k in ("joint-fit", "adam-fit") if all(k in r for r in d["rows"])]
+    label = {"joint-fit": "joint fit", "adam-fit": "AdamW fit"}
+    rows = ["| Flower wrapper | σ or ε | Flower's ε (δ 1e-5, 1 round) | ProjRes AUC (95 % CI) | "
+            + " | ".join(f"{label[k]} AUC (95 % CI) | {label[k]} TPR at 1 % FPR" for k in fits) + " |",
+            "|---|--:|--:|---|" + "---|--:|" * len(fits)]
     for r in d["rows"]:
         value = r.get("noise", r.get("epsilon"))
         eps = r.get("epsilon_flower")
-        cells = [f"{r[k]['auc']:.3f} ({r[k]['auc_ci95'][0]:.2f}–{r[k]['auc_ci95'][1]:.2f})" for k in ("projres", "joint-fit")]
+        cells = [f"{r[k]['auc']:.3f} ({r[k]['auc_ci95'][0]:.2f}–{r[k]['auc_ci95'][1]:.2f})" for k in ("projres", *fits)]
         rows.append(f"| {'central (server noise)' if r['wrapper'] == 'central' else 'local (client noise)'} | "
                     f"{'σ' if r['wrapper'] == 'central' else 'ε'} = {value:g} | "
-                    f"{'none' if eps is None else f'{eps:.3g}'} | {cells[0]} | {cells[1]} | "
-                    f"{r['joint-fit']['tpr_at_1pct_fpr']:.3f} |")
+                    f"{'none' if eps is None else f'{eps:.3g}'} | {cells[0]} | "
+                    + " | ".join(f"{cell} | {r[k]['tpr_at_1pct_fpr']:.3f}" for cell, k in zip(cells[1:], fits)) + " |")
     return ("\n".join(rows) + f"\n\n{d['model']}, LoRA r {d['lora']['rank']}, dropout {d['lora']['dropout']:g}, "
             f"{d['shape']}, {d['optimizer']}; {d['split']}; clip {d['clip']:g}, {d['clients']} clients; seed "
             f"{d['seed']}, load average {d['environment']['load_average'][0]:.1f} (`benchmarks/results/membership_dp.json`, "
