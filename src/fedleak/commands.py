@@ -129,7 +129,7 @@ def cmd_list(args) -> int:
     for name, text in entries.items():
         print(f"  {name:<{width}}  {text}")
     if args.command == "attacks":  # membership of candidate documents (fedleak.audit.execute.membership)
-        print("membership attacks (fedleak audit --data text --membership M; both run, the report shows both):")
+        print("membership attacks (fedleak audit --data text --membership M; all run, the report shows each):")
         for name, text in listing_data.MEMBERSHIP.items():
             print(f"  {name:<{width}}  {text}")
     return 0
