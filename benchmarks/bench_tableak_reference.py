@@ -258,12 +258,15 @@ def run_one(reference: Reference, job: dict, setting: dict, implementation: str)
             "machine": platform.machine(), "torch": torch.__version__, "fedleak_commit": _commit()}
 
 
-def _commit() -> str:
-    """The fedleak commit the row was measured at (the working tree may hold others' uncommitted edits)."""
-    import subprocess
+def _commit(cache: dict = {}) -> str:  # noqa: B006 (read once: the commit whose code this process loaded)
+    """The fedleak commit HEAD was at when this process first asked (the tree may hold others' uncommitted edits)."""
+    if "head" not in cache:
+        import subprocess
 
-    done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+        done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True)
+        cache["head"] = done.stdout.strip() or "unknown"
+    return cache["head"]
 
 
 # ----- the docs' table --------------------------------------------------------------------------------------------
@@ -397,6 +400,7 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    _commit()  # the code this process runs: HEAD now, not when a later row is written
     done = {(r["dataset"], r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"])
             for r in rows}
     for dataset, records in settings:
