@@ -26,7 +26,7 @@ def test_tabular_demo_federation_is_attacked_and_proved_live(tmp_path):
     torch.set_num_threads(1)
     audit = run_demo(tmp_path, task="tabular", clients=2, rounds=1, samples=4, blocking=True)
     records = sorted(audit.records, key=lambda r: r["client"])
-    # measured (seed 0, Adult, 2 nodes x 4 records, one local step at lr 0.05, float64): SPEAR recovers every
+    # measured (seed 0, Adult, 2 nodes x 4 records, one local step at lr 0.05, float32): SPEAR recovers every
     # record of both nodes, and the update recomputed from them matches the one sent (proved, not estimated)
     assert [r["status"] for r in records] == ["attacked", "attacked"]
     assert all(r["attack"] == "spear" and r["certain"] and r["exactness"]["verification"]["matches"] for r in records)

@@ -36,6 +36,15 @@ yield thousands of candidates, which makes a 10⁶ budget take minutes inside an
 outputs are nested in another's cannot be isolated at all: its null space is two-dimensional. None of the
 16 samples of this case is nested; checked against the ground truth.)
 
+**Zero test in the update's own precision.** "∇z_ij = 0" is read as ``|(L q)_j| ≤ max(zero_tol · max|L q|,
+FLOAT_MARGIN · noise_j)``: the fixed relative part is the paper's; ``noise_j`` bounds the float error of row j of
+∇W in the update's dtype (:func:`row_noise`). A weights update's pseudo-gradient (θˢ − θᶜ)/η carries the rounding
+of θᶜ (up to ½ ulp per entry, divided by η): row j of L q moves by about one entry's error,
+ε · max_k |θᶜ_jk| / η — in float32 at η = 0.05 on Adult's tabular MLP about 10³× the fixed 1e-6 test, which then reads
+rounding as activity (measured: 0 of 4 float32 Flower nodes proved with the fixed test). The derived tolerance
+only decides which candidate directions are tried; soundness stays with the recomputation (``verify``), which a
+wrong record fails (``tests/test_spear_float32.py``).
+
 **FedAvg.** The paper's FedAvg extension (SPEAR++) is not implemented: with several local steps ∇W sums
 gradients at different weights; a one-step FedAvg update is treated as FedSGD.
 """
@@ -71,6 +80,27 @@ class SpearOptions(AttackOptions):
 
 #: ReLU consistency a recovered sample must reach (1 for a true sample, about ½ for a wrong direction)
 CONSISTENT = 0.99
+#: the zero test's float part is this multiple of the row's float-error bound (:func:`row_noise`)
+FLOAT_MARGIN = 4.0
+
+
+def row_noise(update: Update, layer: str, grad_w: torch.Tensor) -> torch.Tensor:
+    """Per output row j, the float error of one entry of row j of ∇W as the server reads it (float64, length m).
+
+    A FedSGD gradient is taken as sent (its own float32 summation is what the fixed relative test covers: 0). A
+    weights update's pseudo-gradient (θˢ − θᶜ)/η: θᶜ was rounded to the update's dtype (≤ ½ ulp ≤ ε/2 · |θᶜ_jk|),
+    the difference and the division add one rounding each, so an entry's error is at most
+    ε (max_k |θᶜ_jk| / η + max_k |Ĝ_jk|) (ε: the dtype's machine epsilon; float64 makes it negligible and the test
+    the paper's). Column j of L q for a unit q sums these errors with unit weights and independent signs: its size
+    is that of one entry (the L2 bound ε ‖θᶜ_j‖₂ / η, √n times larger, would hide Adult's smallest active
+    outputs, measured at 3e-6 in float32 at η 0.05).
+    """
+    if update.is_fedsgd or update.client_params is None:
+        return torch.zeros(grad_w.shape[0], dtype=torch.float64)
+    client = update.client_params[f"{layer}.weight"].detach()
+    eps = torch.finfo(client.dtype).eps if client.is_floating_point() else 0.0
+    lr = float(update.protocol.lr)
+    return eps * (client.double().abs().amax(dim=1) / lr + grad_w.abs().amax(dim=1))
 
 
 def expected_subsets(batch: int) -> float:
@@ -86,7 +116,7 @@ def factorize(grad_w: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, generator: torch.Generator,
-                      check=None):
+                      check=None, noise: Optional[torch.Tensor] = None):
     """Candidate directions q (unit B-vectors) with their zero counts, sampled until B are selected.
 
     ``check(chosen)`` returns the indices of selected directions whose sample fails the ReLU consistency
@@ -95,6 +125,8 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
     """
     live = left.norm(dim=1) > 1e-12 * left.norm(dim=1).max()
     rows = left[live]
+    floor = (FLOAT_MARGIN * noise[live] if noise is not None else torch.zeros(rows.shape[0], dtype=rows.dtype))[:, None]
+    noisy = bool((floor > 0).any())
     m = rows.shape[0]
     need = max(math.ceil(opts.tau * m), 2 * (batch - 1) + 1)
     found: list[tuple[int, torch.Tensor]] = []
@@ -118,7 +150,9 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
                 continue
             column = rows @ q.T  # m × count
             scale = column.abs().amax(dim=0).clamp_min(1e-300)
-            zeros = (column.abs() <= opts.zero_tol * scale).sum(dim=0)
+            zeros = (column.abs() <= torch.maximum(opts.zero_tol * scale, floor)).sum(dim=0)
+            if noisy:
+                q, column, zeros = refine(rows, q, column, zeros, floor, opts.zero_tol, max(batch, need // 2))
             keep = zeros >= need
             before = len(found)
             for z, direction in zip(zeros[keep].tolist(), q[keep]):
@@ -141,6 +175,28 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
     stats = {"subsets": tried, "candidates": len(found), "rejected": len(rejected), "live_rows": m,
              "need_zeros": need, "independent_found": len(selected)}
     return (selected if done else last_full), done, stats
+
+
+def refine(rows, q, column, zeros, floor, zero_tol, least: int, rounds: int = 2):
+    """Each candidate with at least ``least`` zeros re-solved as the null vector of *all* its zero rows.
+
+    A direction fixed by B − 1 noisy rows carries their float error amplified by 1/σ_min of those rows, enough in
+    float32 pseudo-gradients to lift a true direction's other zeros over the float floor; the least-squares null
+    vector of its ~m/2 zero rows is far closer (the standard refinement; only where the update has a float floor).
+    """
+    pick = (zeros >= least).nonzero().flatten()
+    if pick.numel() == 0:
+        return q, column, zeros
+    q, column, zeros = q.clone(), column.clone(), zeros.clone()
+    for _ in range(rounds):
+        mask = (column[:, pick].abs() <= torch.maximum(zero_tol * column[:, pick].abs().amax(dim=0), floor))
+        stacked = mask.T[:, :, None].to(rows.dtype) * rows[None]  # picked × m × B
+        better = torch.linalg.svd(stacked, full_matrices=False)[2][:, -1, :]
+        q[pick] = better
+        column[:, pick] = rows @ better.T
+        zeros[pick] = (column[:, pick].abs() <= torch.maximum(
+            zero_tol * column[:, pick].abs().amax(dim=0), floor)).sum(dim=0)
+    return q, column, zeros
 
 
 def greedy(found: list, batch: int) -> list[torch.Tensor]:
@@ -179,6 +235,7 @@ class Spear(Attack):
             grad_w, grad_b = fc_gradients(update, layer)
             self._weights = (update.server_params[f"{layer}.weight"].detach().double(),
                              update.server_params[f"{layer}.bias"].detach().double())
+            self._noise = row_noise(update, layer, grad_w)
             rank, leading = numerical_rank(grad_w, o.rank_tol)
             exactness.update({"rank": rank, "width": grad_w.shape[0], "input_dim": grad_w.shape[1],
                               "singular_values": leading})
@@ -206,26 +263,31 @@ class Spear(Attack):
         left, right = factorize(grad_w, batch)
         generator = torch.Generator().manual_seed(o.seed)
         weight, bias = self._weights
+        noise = self._noise
+        exactness["zero_test"] = {"relative": o.zero_tol, "float_margin": FLOAT_MARGIN,
+                                  "row_noise_max": float(noise.max()) if noise.numel() else 0.0,
+                                  "rule": "|∇z_ij| ≤ max(zero_tol × the column's max, float_margin × row j's float "
+                                          "error bound in the update's dtype)"}
 
         def check(chosen):
-            solved = solve(chosen, left, right, grad_b, weight, bias, o.zero_tol)
+            solved = solve(chosen, left, right, grad_b, weight, bias, o.zero_tol, noise)
             if solved is None:
                 return list(range(len(chosen)))
             return [i for i, c in enumerate(solved[2].tolist()) if c < CONSISTENT]
 
-        chosen, done, stats = sample_directions(left, batch, o, generator, check)
+        chosen, done, stats = sample_directions(left, batch, o, generator, check, noise)
         exactness.update(stats)
         if len(chosen) < batch:
             return None, None, (f"only {stats['independent_found']} of {batch} sparse directions found in {stats['subsets']} random "
                                 f"subsets (about {expected_subsets(batch):.3g} expected: 2^(B-1) grows too fast, or "
                                 f"the layer is not followed by ReLU / too little sparsity)")
-        solved = solve(chosen, left, right, grad_b, weight, bias, o.zero_tol)
+        solved = solve(chosen, left, right, grad_b, weight, bias, o.zero_tol, noise)
         if solved is None:
             return None, None, "the bias gradient leaves a direction's scale undetermined"
-        x, grad_z, consistency, residual = solved
+        x, grad_z, consistency, residual, active = solved
         exactness.update({"bias_residual": residual, "relu_consistency_min": float(consistency.min()),
                           "relu_consistent_samples": int((consistency >= CONSISTENT).sum()),
-                          "sparsity": float((grad_z.abs() <= o.zero_tol * grad_z.abs().amax()).double().mean())})
+                          "sparsity": float((~active).double().mean())})
         if not done:
             failing = batch - exactness["relu_consistent_samples"]
             return x, grad_z, (f"{failing} of {batch} recovered samples fail the ReLU consistency test after "
@@ -235,7 +297,7 @@ class Spear(Attack):
         return x, grad_z, None
 
 
-def solve(chosen, left, right, grad_b, weight, bias, zero_tol):
+def solve(chosen, left, right, grad_b, weight, bias, zero_tol, noise: Optional[torch.Tensor] = None):
     """§4.3: scales from ∇b, X = Q⁻¹ R, ∇Z = (L Q)ᵀ, and each sample's ReLU consistency.
 
     The consistency of sample i (Dimitrov et al. 2024, §4.1's sparsity matching) is the share of the layer's
@@ -250,10 +312,11 @@ def solve(chosen, left, right, grad_b, weight, bias, zero_tol):
     q = q_hat * scales
     x = torch.linalg.solve(q, right)  # B × n
     grad_z = (left @ q).T  # B × m
-    active = grad_z.abs() > zero_tol * grad_z.abs().amax(dim=1, keepdim=True)
+    floor = 0.0 if noise is None else FLOAT_MARGIN * noise[None, :] * scales.abs()[:, None]  # column i scaled by s_i
+    active = grad_z.abs() > torch.maximum(zero_tol * grad_z.abs().amax(dim=1, keepdim=True), torch.as_tensor(floor))
     z = x @ weight.T + bias
     consistency = (active == (z > 0)).double().mean(dim=1)
-    return x, grad_z, consistency, residual
+    return x, grad_z, consistency, residual, active
 
 
 register("spear", Spear, "SPEAR (Dimitrov et al., NeurIPS 2024): exact batch through a linear+ReLU layer, verified")
