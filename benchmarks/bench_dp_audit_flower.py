@@ -13,6 +13,7 @@ claim test, the bound's guesses against the claimed μ, and the smallest per-nod
 CPU seconds. Written into ``flower_faults`` of
 ``benchmarks/results/dp_audit_planted.json`` (the Opacus entries are left as they are) after every run.
 Run under ``nice -n 19`` with OMP_NUM_THREADS=1. Usage: python benchmarks/bench_dp_audit_flower.py [--correct N]
+[--only central|local] (``--only``: re-measure that mechanism's rows, keep the other's as measured).
 """
 
 from __future__ import annotations
@@ -70,11 +71,13 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--correct", type=int, default=10, help="correct configurations per mechanism (default 10)")
+    ap.add_argument("--only", choices=["central", "local"], help="re-measure one mechanism's rows, keep the other's")
     args = ap.parse_args()
     noise = math.sqrt(ROUNDS) / mu_of(4.0, DELTA)
     central = f"flower-central-dp:noise={noise:.6f},clip=1,clients={CLIENTS}"
     local = "flower-local-dp:clip=1,sensitivity=1,epsilon=24,delta=1e-5"
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"meta": {}, "faults": []}
+    kept = data.get("flower_faults") if args.only else None
     out = data["flower_faults"] = {"meta": {"library": "flwr 1.42", "machine": platform.machine(), "device": "cpu",
                                             "model": "lenet", "data": "embedded digits", "clients": CLIENTS,
                                             "rounds": ROUNDS, "canaries": M, "claim": f"central σ = {noise:.4f} "
@@ -85,12 +88,18 @@ def main() -> None:
         out["meta"]["load_average"] = os.getloadavg()
         RESULTS.write_text(json.dumps(data, indent=1) + "\n")
 
+    mechanisms = {"central": central, "local": local}
+    wanted = [mechanisms[args.only]] if args.only else [central, local]
+    if kept:  # the other mechanism's rows as they were measured
+        out["faults"] = [r for r in kept["faults"] if r["defense"] not in wanted]
+        out["correct"] = [r for r in kept["correct"] if r["defense"] not in wanted]
     for defense, fault in ((central, ["no-dp=3,7"]), (central, ["no-clip"]), (central, ["noise=0.5"]),
                            (central, ["noise=0.1"]), (local, ["no-dp=3,7"]), (local, ["noise=0.5"])):
-        out["faults"].append(run(defense, fault))
-        save()
+        if defense in wanted:
+            out["faults"].append(run(defense, fault))
+            save()
     for seed in range(args.correct):
-        for defense in (central, local):
+        for defense in wanted:
             out["correct"].append(run(defense, [], seed=100 + seed))
             save()
     out["correct_flagged"] = sum(r["detected"] for r in out["correct"])
