@@ -127,6 +127,7 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
     rows = left[live]
     floor = (FLOAT_MARGIN * noise[live] if noise is not None else torch.zeros(rows.shape[0], dtype=rows.dtype))[:, None]
     noisy = bool((floor > 0).any())
+    norms = rows.norm(dim=1, keepdim=True)  # ‖L_j‖: how much row j's value moves per unit error of q
     m = rows.shape[0]
     need = max(math.ceil(opts.tau * m), 2 * (batch - 1) + 1)
     found: list[tuple[int, torch.Tensor]] = []
@@ -151,8 +152,10 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
             column = rows @ q.T  # m × count
             scale = column.abs().amax(dim=0).clamp_min(1e-300)
             zeros = (column.abs() <= torch.maximum(opts.zero_tol * scale, floor)).sum(dim=0)
-            if noisy:
-                q, column, zeros = refine(rows, q, column, zeros, floor, opts.zero_tol, max(batch, need // 2))
+            if noisy:  # the float error of q from its B − 1 rows, carried into every row's zero test, then refined
+                error_a = (floor[:, 0][subsets[simple]] ** 2).sum(dim=1).sqrt() / svals[simple][:, -1]
+                zeros = (column.abs() <= torch.maximum(opts.zero_tol * scale, floor + norms * error_a)).sum(dim=0)
+                q, column, zeros = refine(rows, norms, q, column, zeros, floor, opts.zero_tol, max(batch, need // 2))
             keep = zeros >= need
             before = len(found)
             for z, direction in zip(zeros[keep].tolist(), q[keep]):
@@ -177,25 +180,35 @@ def sample_directions(left: torch.Tensor, batch: int, opts: SpearOptions, genera
     return (selected if done else last_full), done, stats
 
 
-def refine(rows, q, column, zeros, floor, zero_tol, least: int, rounds: int = 2):
+def refine(rows, norms, q, column, zeros, floor, zero_tol, least: int, rounds: int = 3):
     """Each candidate with at least ``least`` zeros re-solved as the null vector of *all* its zero rows.
 
-    A direction fixed by B − 1 noisy rows carries their float error amplified by 1/σ_min of those rows, enough in
-    float32 pseudo-gradients to lift a true direction's other zeros over the float floor; the least-squares null
-    vector of its ~m/2 zero rows is far closer (the standard refinement; only where the update has a float floor).
+    A direction fixed by B − 1 noisy rows carries their float error amplified by 1/σ_min of those rows; row j of
+    L q then errs by up to floor_j + ‖L_j‖·δ (δ: the direction's error), and the zero test allows for that. The
+    least-squares null vector of all the zero rows found has a far smaller δ = ‖floor_S‖ / σ_{B−1}(L_S), which
+    admits more true zeros; a few rounds (the standard refinement; only where the update has a float floor). A
+    null space of dimension two (σ_{B−1}(L_S) within the rows' float error: a mixture of two samples' directions is
+    null on the rows both leave inactive) is no direction and gets no zeros, as for B − 1 rows (§4).
     """
     pick = (zeros >= least).nonzero().flatten()
     if pick.numel() == 0:
         return q, column, zeros
     q, column, zeros = q.clone(), column.clone(), zeros.clone()
-    for _ in range(rounds):
-        mask = (column[:, pick].abs() <= torch.maximum(zero_tol * column[:, pick].abs().amax(dim=0), floor))
+    cols = column[:, pick]
+    allowed = torch.maximum(zero_tol * cols.abs().amax(dim=0), floor)
+    for step in range(rounds):
+        mask = cols.abs() <= allowed
         stacked = mask.T[:, :, None].to(rows.dtype) * rows[None]  # picked × m × B
-        better = torch.linalg.svd(stacked, full_matrices=False)[2][:, -1, :]
-        q[pick] = better
-        column[:, pick] = rows @ better.T
-        zeros[pick] = (column[:, pick].abs() <= torch.maximum(
-            zero_tol * column[:, pick].abs().amax(dim=0), floor)).sum(dim=0)
+        _, svals, vh = torch.linalg.svd(stacked, full_matrices=False)
+        error = ((floor * mask) ** 2).sum(dim=0).sqrt()  # picked: the zero rows' float error
+        second = svals[:, -2] if svals.shape[1] > 1 else torch.full_like(error, float("inf"))
+        simple = second > FLOAT_MARGIN * error
+        better = vh[:, -1, :]
+        cols = rows @ better.T
+        allowed = torch.maximum(zero_tol * cols.abs().amax(dim=0), floor + norms * (error / second))
+    q[pick] = better
+    column[:, pick] = cols
+    zeros[pick] = (cols.abs() <= allowed).sum(dim=0) * simple
     return q, column, zeros
 
 
