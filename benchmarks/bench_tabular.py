@@ -57,14 +57,14 @@ JOBS = {
     "no-pooling-adult-b32": ("adult", "fedsgd", 32, "tableak-no-pooling", {}),
     "ig-adult-b32": ("adult", "fedsgd", 32, "inverting-gradients-tabular", {}),
     "tableak-german-b32": ("german", "fedsgd", 32, "tableak", {}),
-    "tableak-adult-b128": ("adult", "fedsgd", 128, "tableak", {}),
-    "tableak-german-b128": ("german", "fedsgd", 128, "tableak", {}),
-    "tableak-fedavg-adult-b32": ("adult", "fedavg", 32, "tableak", {}),
     "no-pooling-german-b32": ("german", "fedsgd", 32, "tableak-no-pooling", {}),
     "ig-german-b32": ("german", "fedsgd", 32, "inverting-gradients-tabular", {}),
+    "tableak-adult-b128": ("adult", "fedsgd", 128, "tableak", {}),
+    "tableak-german-b128": ("german", "fedsgd", 128, "tableak", {}),
     # FedAvg as the reference runs it (research notes §2): 32 records, lr 0.01, E epochs, local batch m, no shuffle
-    "tableak-fedavg-german-b32": ("german", "fedavg", 32, "tableak", {}),
+    "tableak-fedavg-adult-b32": ("adult", "fedavg", 32, "tableak", {}),
     "ig-fedavg-adult-b32": ("adult", "fedavg", 32, "inverting-gradients-tabular", {}),
+    "tableak-fedavg-german-b32": ("german", "fedavg", 32, "tableak", {}),
     "tableak-fedavg-adult-b32-e1-m8": ("adult", "fedavg", 32, "tableak", {"local_batch": 8}),
     "tableak-fedavg-adult-b32-e5-m32": ("adult", "fedavg", 32, "tableak", {"epochs": 5}),
     "imprint-adult-b32": ("adult", "fedsgd", 32, "imprint", {}),
@@ -74,7 +74,7 @@ JOBS = {
     "vgia-adult-b32": ("adult", "fedsgd", 32, "vgia", {"slabs": 128}),
     "vgia-german-b32": ("german", "fedsgd", 32, "vgia", {"slabs": 128}),
     # the Flower tabular demo (python -m fedleak.integrations.flower.demo --task tabular): 2 nodes x 4 records, 2 rounds
-    "flower-tabular-demo": ("adult", "flower", 4, "auto", {"clients": 2, "rounds": 2}),
+    "flower-tabular-demo": ("adult", "flower", 4, "auto", {"clients": 4, "rounds": 3}),
 }
 #: jobs the docs show apart (docs/tabular-flower.md), not in docs/tabular.md's table
 APART = ("vgia-", "flower-")
@@ -103,6 +103,7 @@ def run_flower(name: str, batch: int, seed: int) -> dict:
     import tempfile
 
     from fedleak.integrations.flower.demo import run_demo
+    from fedleak.integrations.flower.tabular_demo import DTYPE
 
     dataset, _, records, _, options = JOBS[name]
     load_before = os.getloadavg()
@@ -117,7 +118,7 @@ def run_flower(name: str, batch: int, seed: int) -> dict:
     return {"job": name, "batch": batch, "dataset": dataset, "records": records, "seed": seed + batch, **options,
             "command": f"python -m fedleak.integrations.flower.demo --task tabular --clients {options['clients']} "
                        f"--rounds {options['rounds']} --samples {records} --out DIR",
-            "replies": replies, "proved": sum(bool(r["certain"]) for r in replies),
+            "replies": replies, "proved": sum(bool(r["certain"]) for r in replies), "dtype": str(DTYPE).split(".")[-1],
             "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "threads": torch.get_num_threads(),
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average": [round(v, 2) for v in os.getloadavg()], "device": "cpu", "torch": torch.__version__}
@@ -289,7 +290,8 @@ def apart(rows: list[dict]) -> str:
         lines += ["", f"`{r['command']}`: {len(r['replies'])} replies attacked, {r['proved']} proved "
                       f"({', '.join(sorted({x['attack'] for x in r['replies']}))}; records whole "
                       f"{_range([100 * x['exact_match_rate'] for x in r['replies']])} %), {r['cpu_seconds']:.0f} CPU-s "
-                      f"({r['wall_seconds']:.0f} s wall at load average {r['load_average'][0]:.1f}, seed {r['seed']})."]
+                      f"({r['wall_seconds']:.0f} s wall at load average {r['load_average'][0]:.1f}, seed {r['seed']}, "
+                      f"{r.get('dtype', 'float64')})."]
     return "\n".join(lines)
 
 
@@ -308,6 +310,8 @@ def main() -> None:
     parser.add_argument("--model-seed", type=int, default=0)
     parser.add_argument("--out", default=fresh("tabular.json"),
                         help="results file (default: a new one; pass an existing file to resume it)")
+    parser.add_argument("--redo", action="store_true",
+                        help="rerun the named jobs even where --out has their rows, replacing those rows")
     parser.add_argument("--doc", action="store_true", help="only regenerate docs/tabular.md's table from --results")
     parser.add_argument("--results", default=str(OUT), help="with --doc: the results file the docs quote")
     args = parser.parse_args()
@@ -317,20 +321,31 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.is_file() else []
-    done = {(r["job"], r["batch"]) for r in rows}
+    done = set() if args.redo else {(r["job"], r["batch"]) for r in rows}
+    made: dict = {}  # this run's rows by (job, batch); every write merges them into the file as it is on disk then
     for name in args.jobs.split(","):
         for batch in range(args.batches):
             if (name, batch) in done or (name in ("audit-adult", "flower-tabular-demo") and batch > 0):  # timed once
                 continue
             row = run_job(name, batch, args.seed, args.model_seed)
-            rows.append(row)
+            made[(name, batch)] = row
             print(f"{name} batch {batch}: " + (
                 f"accuracy {row['accuracy']:.3f} EMR {row['exact_match_rate']:.3f} random {row['random']['accuracy']:.3f}"
                 f" prior {row['prior']['accuracy']:.3f}" if "accuracy" in row else
                 f"verdicts {row['verdicts']}" if "verdicts" in row else f"proved {row['proved']}") +
                 f" cpu {row['cpu_seconds']} s", flush=True)
-            out.write_text(json.dumps({"format": "fedleak.bench-tabular/1", "script": "benchmarks/bench_tabular.py",
-                                       "rows": rows}, indent=1))
+            write_merged(out, made)
+
+
+def write_merged(out: Path, made: dict) -> None:
+    """Write this run's rows into ``out`` as it is on disk now, replacing rows of the same (job, batch) and keeping
+    every other row (another run writing the same file concurrently keeps its rows; the file's order is kept)."""
+    rows = json.loads(out.read_text())["rows"] if out.is_file() else []
+    kept = [made.get((r["job"], r["batch"]), r) for r in rows]
+    present = {(r["job"], r["batch"]) for r in rows}
+    kept += [row for key, row in made.items() if key not in present]
+    out.write_text(json.dumps({"format": "fedleak.bench-tabular/1", "script": "benchmarks/bench_tabular.py",
+                               "rows": kept}, indent=1))
 
 
 if __name__ == "__main__":
