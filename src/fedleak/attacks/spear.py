@@ -188,7 +188,8 @@ def refine(rows, norms, q, column, zeros, floor, zero_tol, least: int, rounds: i
     least-squares null vector of all the zero rows found has a far smaller δ = ‖floor_S‖ / σ_{B−1}(L_S), which
     admits more true zeros; a few rounds (the standard refinement; only where the update has a float floor). A
     null space of dimension two (σ_{B−1}(L_S) within the rows' float error: a mixture of two samples' directions is
-    null on the rows both leave inactive) is no direction and gets no zeros, as for B − 1 rows (§4).
+    null on the rows both leave inactive) is no direction and gets no zeros, as for B − 1 rows (§4). The zeros
+    returned are counted against the float floor alone, so a direction slightly off never outranks the true one.
     """
     pick = (zeros >= least).nonzero().flatten()
     if pick.numel() == 0:
@@ -208,7 +209,8 @@ def refine(rows, norms, q, column, zeros, floor, zero_tol, least: int, rounds: i
         allowed = torch.maximum(zero_tol * cols.abs().amax(dim=0), floor + norms * (error / second))
     q[pick] = better
     column[:, pick] = cols
-    zeros[pick] = (cols.abs() <= allowed).sum(dim=0) * simple
+    # counted with the float floor alone: a direction a little off (its δ large) must not buy zeros with its own error
+    zeros[pick] = (cols.abs() <= torch.maximum(zero_tol * cols.abs().amax(dim=0), floor)).sum(dim=0) * simple
     return q, column, zeros
 
 
