@@ -260,7 +260,8 @@ def table(rows: list[dict]) -> str:
     audits = [r for r in rows if r["job"] == "audit-adult"]
     for r in audits:
         lines.append("")
-        lines.append(f"`{r['command']}` (FedSGD 4 records, FedAvg 10 records, malicious imprint; the full budgets): "
+        lines.append(f"`{r['command']}` (FedSGD 4 records, FedAvg 10 records, malicious: imprint and VGIA "
+                     f"hyperplanes; the full budgets): "
                      f"{r['cpu_seconds']:.0f} CPU-s on one thread ({r['wall_seconds']:.0f} s wall at load average "
                      f"{r['load_average'][0]:.1f}); verdicts {', '.join(f'{k} {v}' for k, v in r['verdicts'].items())}.")
     return "\n".join(lines)
