@@ -75,17 +75,17 @@ def train_mods(app, action: str = "default") -> list:
     return mods
 
 
-def _floats(record: ArrayRecord) -> tuple[np.ndarray, list]:
-    arrays = record.to_numpy_ndarrays()
+def _floats(record: ArrayRecord, arrays: Optional[list] = None) -> tuple[np.ndarray, list]:
+    arrays = record.to_numpy_ndarrays() if arrays is None else arrays  # Flower deserializes on every call
     layout = [(name, a.shape, a.dtype) for name, a in zip(record.keys(), arrays)]
     flat = np.concatenate([a.reshape(-1).astype(np.float64) for a in arrays
                            if np.issubdtype(a.dtype, np.floating)] or [np.zeros(0)])
     return flat, layout
 
 
-def _rebuild(record: ArrayRecord, flat: np.ndarray) -> ArrayRecord:
+def _rebuild(record: ArrayRecord, flat: np.ndarray, arrays: Optional[list] = None) -> ArrayRecord:
     out, start = {}, 0
-    for name, a in zip(record.keys(), record.to_numpy_ndarrays()):
+    for name, a in zip(record.keys(), record.to_numpy_ndarrays() if arrays is None else arrays):
         if np.issubdtype(a.dtype, np.floating):
             a = flat[start:start + a.size].reshape(a.shape).astype(a.dtype)
             start += a.size
@@ -122,13 +122,15 @@ class _Plan:
             clip = float(config[KEY_CLIPPING_NORM]) if KEY_CLIPPING_NORM in config else self.clip
             if clip is None:
                 raise FedleakError("canary nodes: no clipping_norm in the train config; pass clip=")
-            theta, _ = _floats(record)
+            arrays = record.to_numpy_ndarrays()
+            theta, _ = _floats(record, arrays)
             new = theta + raw * clip * self.direction(j, theta.size)
             # the metric keys of its own node's reply (a key a mod adds, such as the norm bit, is the mod's to add)
             metrics = dict(self.metrics.get(home) or next(iter(self.metrics.values()), None) or {"num-examples": 1})
             if "num-examples" in metrics and self.examples:
                 metrics["num-examples"] = type(metrics["num-examples"])(np.mean(self.examples))
-            return Message(RecordDict({key: _rebuild(record, new), "metrics": MetricRecord(metrics)}), reply_to=msg)
+            return Message(RecordDict({key: _rebuild(record, new, arrays), "metrics": MetricRecord(metrics)}),
+                           reply_to=msg)
 
         return train
 
