@@ -37,13 +37,15 @@ outputs are nested in another's cannot be isolated at all: its null space is two
 16 samples of this case is nested; checked against the ground truth.)
 
 **Zero test in the update's own precision.** "∇z_ij = 0" is read as ``|(L q)_j| ≤ max(zero_tol · max|L q|,
-FLOAT_MARGIN · noise_j)``: the fixed relative part is the paper's; ``noise_j`` bounds the float error of row j of
-∇W in the update's dtype (:func:`row_noise`). A weights update's pseudo-gradient (θˢ − θᶜ)/η carries the rounding
-of θᶜ (up to ½ ulp per entry, divided by η): row j of L q moves by about one entry's error,
-ε · max_k |θᶜ_jk| / η — in float32 at η = 0.05 on Adult's tabular MLP about 10³× the fixed 1e-6 test, which then reads
-rounding as activity (measured: 0 of 4 float32 Flower nodes proved with the fixed test). The derived tolerance
-only decides which candidate directions are tried; soundness stays with the recomputation (``verify``), which a
-wrong record fails (``tests/test_spear_float32.py``).
+FLOAT_MARGIN · noise_j)``: the fixed relative part is the paper's; ``noise_j`` is the float error of one entry of
+row j of ∇W in the update's dtype (:func:`row_noise`). A weights update's pseudo-gradient (θˢ − θᶜ)/η carries the
+rounding of θᶜ (up to ½ ulp per entry, divided by η): ε · max_k |θᶜ_jk| / η, in float32 at η = 0.05 on Adult's
+tabular MLP 0.5–5× the fixed test's threshold, so the fixed test read rounding as activity (measured: 0 of 4
+float32 nodes proved). A candidate found from B − 1 noisy rows also carries their error (δ); the first count
+allows ‖L_j‖·δ per row, and :func:`refine` re-solves it from all its zero rows (δ shrinks), drops two-dimensional
+null spaces and counts its zeros against the float floor alone. The derived tolerance only decides which
+candidate directions are tried; soundness stays with the recomputation (``verify``), which a wrong record fails
+(``tests/test_spear_float32.py``). FedSGD gradients (no θᶜ to round) and float64 keep the paper's test.
 
 **FedAvg.** The paper's FedAvg extension (SPEAR++) is not implemented: with several local steps ∇W sums
 gradients at different weights; a one-step FedAvg update is treated as FedSGD.
@@ -282,7 +284,7 @@ class Spear(Attack):
         exactness["zero_test"] = {"relative": o.zero_tol, "float_margin": FLOAT_MARGIN,
                                   "row_noise_max": float(noise.max()) if noise.numel() else 0.0,
                                   "rule": "|∇z_ij| ≤ max(zero_tol × the column's max, float_margin × row j's float "
-                                          "error bound in the update's dtype)"}
+                                          "error in the update's dtype)"}
 
         def check(chosen):
             solved = solve(chosen, left, right, grad_b, weight, bias, o.zero_tol, noise)
