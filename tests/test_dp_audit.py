@@ -2,8 +2,8 @@
 
 lenet (44,054 parameters) on the embedded digits, 5 clients × 10 samples, 5 rounds, clip 1, noise multiplier
 σ = √5/μ with μ the GDP parameter of ε = 4 at δ = 1e-5, 200 canary clients. Fixed seeds; every assertion
-states what these seeds give. About 80 s of CPU on one core (the 20-run test about 45 s of it); measured
-6 min wall on the shared 2-core machine under load (test_correct_federation_never_flagged 309 s).
+states what these seeds give. Every client and canary runs through Flower's own mods and
+DP wrapper (about 7 CPU-s a run, most of it Flower's array (de)serialization).
 """
 
 import json
@@ -43,9 +43,11 @@ def _check(federation, seed: int, fault=()):
 
 
 def test_correct_federation_never_flagged(federation):
-    """20 seeded runs of the federation as claimed: no run is flagged (claim test p ≥ 0.01, no client flagged)."""
+    """5 seeded runs of the federation as claimed: no run is flagged (claim test p ≥ 0.01, no client flagged).
+    Each run goes through Flower's own mods and wrapper (about 7 CPU-s); the false-flag rate over more
+    correct configurations is the benchmark's (``benchmarks/bench_dp_audit_flower.py``)."""
     p_values = []
-    for seed in range(20):
+    for seed in range(5):
         check = _check(federation, seed)
         assert not check["detected"], (seed, check["findings"])
         p_values.append(check["claim_test"]["p_value"])
