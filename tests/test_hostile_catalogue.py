@@ -40,7 +40,8 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _no_work(monkeypatch):
     """Validation must refuse before any work: reaching the data loader counts as "accepted"."""
-    import fedleak.audit.run as run_module
+    import fedleak.data
+    import fedleak.data.tabular
 
     class Reached(FedleakError):
         pass
@@ -48,7 +49,9 @@ def _no_work(monkeypatch):
     def reached(*args, **kwargs):
         raise Reached("REACHED-WORK")
 
-    monkeypatch.setattr(run_module.data, "load", reached)
+    # every modality loads through these (images and text: fedleak.data.load; records: fedleak.data.tabular.load)
+    monkeypatch.setattr(fedleak.data, "load", reached)
+    monkeypatch.setattr(fedleak.data.tabular, "load", reached)
 
 
 def _cli(argv, capsys):

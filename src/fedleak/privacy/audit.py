@@ -307,8 +307,12 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
     check["reply_test"] = fed.replies
     check["nodes_flagged_by_replies"] = flagged = [r["node"] for r in fed.replies if r["flagged"]]
     if flagged:  # an "Estimated: …" finding: the verdict counts it (privacy/verdict.py)
+        by_reason: dict = {}  # nodes with the same reasons are named together: one readable line
+        for r in fed.replies:
+            if r["flagged"]:
+                by_reason.setdefault(", ".join(r["reasons"]), []).append(str(r["node"]))
         check["findings"].append("Estimated: the canary replies of nodes " + "; ".join(
-            f"{r['node']} ({', '.join(r['reasons'])})" for r in fed.replies if r["flagged"])
+            f"{', '.join(nodes)} ({reason})" for reason, nodes in by_reason.items())
             + " (per-node reply test, canary_nodes.reply_test; what the server sees of each reply).")
     result = {
         "level": "client",
