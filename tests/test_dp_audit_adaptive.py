@@ -58,11 +58,12 @@ def test_noise_split_is_flowers():
 
 
 def test_correct_adaptive_federation_bounded_and_never_flagged(federation):
-    """5 seeds as claimed: the clip norm moves by Flower's rule every round, the 95 % bound stays below the exact
+    """3 seeds as claimed: the clip norm moves by Flower's rule every round, the 95 % bound stays below the exact
     ε = 4 (the update channel alone is √T/σ_Δ-GDP, σ_Δ > σ), and no run is flagged (each with probability ≤ 0.01
     under the claim). These seeds: bounds 1.36–2.20, claim p = 1, C_5 between 0.79 and 0.90 (Flower's rule
-    shrinks C while more than half the updates are clipped: three canaries in four are). Measured 3 s under load."""
-    for seed in range(5):
+    shrinks C while more than half the updates are clipped: three canaries in four are). Each run goes through
+    Flower's own adaptive-clipping mod and wrapper: about 14 s a run under load."""
+    for seed in range(3):
         fed, check = _run(federation, seed)
         assert len(fed.clip_norms) == ROUNDS and fed.clip_norms[0] == 1.0 and len(set(fed.clip_norms)) == ROUNDS
         assert fed.adaptive["update_noise_multiplier"] > NOISE
