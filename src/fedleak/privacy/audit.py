@@ -12,7 +12,6 @@ after the same input checks.
 from __future__ import annotations
 
 import json
-import math
 import platform
 import time
 from pathlib import Path
@@ -24,27 +23,15 @@ import torch
 from ..errors import FedleakError
 from .accountants import accountant_epsilons
 from .canaries import Canaries
+from .checks import THREATS, positive
 from .diagnose import diagnose
 from .estimate import estimate
 from .federation import DPSetting, Fault, run_federation
 from .gdp import composed_mu
 from .one_run import lower_bounds
 
-THREATS = ("all-iterates", "final-model")
 LEVELS = ("client", "example", "lora")
 MAX_CANARIES = 1_000_000
-
-
-def _positive(name: str, value, integer: bool = False, upper: float = math.inf):
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= upper
-    if ok and integer and int(value) != value:
-        ok = False
-    if not ok:
-        if integer:
-            raise FedleakError(f"{name} must be an integer from 1 to {upper:.0f}, got {value!r}")
-        bound = f" and < {upper:g}" if math.isfinite(upper) else ""
-        raise FedleakError(f"{name} must be a finite number > 0{bound}, got {value!r}")
-    return int(value) if integer else float(value)
 
 
 def parse_claim(defense, level: Optional[str]):
@@ -130,14 +117,14 @@ def dp_audit(*, defense=None, train=None, dataset=None, model="femnist-cnn", dat
                   lora=(lora, (int, type(None)), "a LoRA rank or None"),
                   with_attacks=(with_attacks, bool, "true or false"))
     started = time.perf_counter()
-    rounds = _positive("--rounds", rounds, integer=True, upper=100_000)
-    m = _positive("--canaries", canaries, integer=True, upper=MAX_CANARIES)
+    rounds = positive("--rounds", rounds, integer=True, upper=100_000)
+    m = positive("--canaries", canaries, integer=True, upper=MAX_CANARIES)
     if m < 2:
         raise FedleakError(f"--canaries must be at least 2, got {m}")
-    delta = _positive("--delta", delta, upper=1.0)
+    delta = positive("--delta", delta, upper=1.0)
     if delta >= 1:
         raise FedleakError(f"--delta must be a finite number > 0 and < 1, got {delta!r}")
-    samples = _positive("--samples", samples, integer=True, upper=100_000)
+    samples = positive("--samples", samples, integer=True, upper=100_000)
     if threat not in THREATS:
         raise FedleakError(f"--threat must be one of {', '.join(THREATS)}, got {threat!r}")
     from ..config.boundary import MAX_SEED
@@ -145,10 +132,10 @@ def dp_audit(*, defense=None, train=None, dataset=None, model="femnist-cnn", dat
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise FedleakError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
     Canaries(m, 1, seed, canary_scale)  # checks --canary-scale before any work
-    epochs = _positive("--epochs", epochs, integer=True, upper=10_000)
+    epochs = positive("--epochs", epochs, integer=True, upper=10_000)
     if batch_size is not None:
-        batch_size = _positive("--batch-size", batch_size, integer=True, upper=100_000)
-    lr = _positive("--lr", lr)
+        batch_size = positive("--batch-size", batch_size, integer=True, upper=100_000)
+    lr = positive("--lr", lr)
     parsed, level, privacy = parse_claim(defense, level)
     if level != "lora" and (lora_reply or lora is not None):  # a knob this level would not turn (issue 47 class 4)
         raise FedleakError(f"--{'lora-reply' if lora_reply else 'lora'} applies to --level lora; this audit is at the "
@@ -176,7 +163,7 @@ def dp_audit(*, defense=None, train=None, dataset=None, model="femnist-cnn", dat
 
         if clients is None:
             raise FedleakError("--clients: flower-local-dp names no client count; give --clients K")
-        k = _positive("--clients", clients, integer=True, upper=100_000)
+        k = positive("--clients", clients, integer=True, upper=100_000)
         faults = Fault.parse(fault, k)
         local = LocalDp.from_filter(parsed)
         # the claim: every node and canary node carries the mod (what the user configured), whatever is planted

@@ -236,7 +236,7 @@ def audit_opacus(train: Callable, model: nn.Module, dataset, *, canaries: int = 
     builds its optimizer and ``DataLoader`` on what it is given, calls ``PrivacyEngine().make_private(...)`` (or
     ``make_private_with_epsilon``), trains, and returns the engine. Returns (and writes ``dp-audit.json`` into
     ``out``) the verdict, proved and estimated ε beside the engine's ε."""
-    from .audit import THREATS, _positive
+    from .checks import THREATS, positive
     from .estimate import estimate
     from .one_run import lower_bounds
     from .report import _ratio
@@ -249,10 +249,10 @@ def audit_opacus(train: Callable, model: nn.Module, dataset, *, canaries: int = 
         raise FedleakError(f"train: must be a function train(model, dataset) -> PrivacyEngine, got {type(train).__name__}")
     if not isinstance(model, nn.Module):
         raise FedleakError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
-    m = _positive("canaries", canaries, integer=True, upper=1_000_000)
+    m = positive("canaries", canaries, integer=True, upper=1_000_000)
     if m < 2:
         raise FedleakError(f"canaries: at least 2, got {m}")
-    delta = _positive("delta", delta, upper=1.0)
+    delta = positive("delta", delta, upper=1.0)
     if delta >= 1 or threat not in THREATS:
         raise FedleakError(f"delta must be < 1 and threat one of {', '.join(THREATS)}")
     out_dir = None

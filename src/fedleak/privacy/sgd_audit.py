@@ -29,13 +29,13 @@ import torch
 
 from ..errors import FedleakError
 from .accountants import dpsgd_epsilons
+from .checks import THREATS
 from .estimate import estimate
 from .one_run import lower_bounds
 from .sgd_canaries import DiracCanaries
 from .sgd_diagnose import diagnose_sgd
 from .sgd_run import run_dpsgd
 
-THREATS = ("all-iterates", "final-model")
 
 
 def claimed_dpsgd(parsed, privacy: dict) -> tuple[float, float]:
