@@ -41,7 +41,7 @@ def tabular_federation(table: str, clients: int, samples: int, seed: int):
 def run_tabular_demo(out, *, clients, rounds, samples, inspect, share, lr, seed, blocking, model_name=None,
                      **_) -> LeakageAudit:
     """The tabular federation for ``rounds`` rounds, every reply attacked while it runs; returns the audit."""
-    from .demo import federate, make_client_app
+    from .demo_apps import federate, make_client_app
 
     for name, value, low in (("clients", clients, 1), ("rounds", rounds, 1), ("samples", samples, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
