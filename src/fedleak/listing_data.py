@@ -29,7 +29,7 @@ PRESETS = {
 ATTACKS = {
     'agic': 'AGIC (Xu et al. 2022): one-batch approximation ΔW/(−μ) + linear layer weights (β) with the ReLU zero modifier, weighted cosine + TV; reconstruct_rounds for updates of several epochs',
     'agic-no-weights': "AGIC one-batch approximation without layer weights (Table II's 'one-batch' row)",
-    'analytic-fc': 'Phong et al. 2017: inputs of a linear layer from weight-row / bias gradient ratios, verified (exact at batch 1)',
+    'analytic-fc': 'Phong et al. 2017: inputs of a linear layer from weight-row / bias gradient ratios (exact at batch 1); each recovery recomputed against the update',
     'awa': 'AWA (Song et al. 2023): exact simulation (scenarios 1-3) or interpolated per-epoch target (4), type-wise linear layer weights + enhancement, weights tuned by Bayesian optimization',
     'awa-no-bo': 'AWA with fixed layer-weight parameters (Table 3, Case 4 values), no Bayesian optimization',
     'cah': 'Curious Abandon Honesty (Boenisch et al. 2021) trap weights, read row by row (Fowl et al. App. A.8)',
@@ -58,7 +58,7 @@ ATTACKS = {
     'loki': "LOKI (Zhao et al., S&P 2024): per-client conv kernels and imprint bins (the server ships each client its own model); every client's inputs read back verbatim from the secure aggregate",
     'reclabels': "Dimitrov et al. 2022 RecLabels: label counts only (Table 2 'Ours')",
     'rlu': 'RLU (Chen & Vikalo, ICML 2024): label counts from a multi-epoch FedAvg update by the same system at interpolated weights (an estimate)',
-    'spear': 'SPEAR (Dimitrov et al., NeurIPS 2024): exact batch through a linear+ReLU layer, verified',
+    'spear': 'SPEAR (Dimitrov et al., NeurIPS 2024): exact batch through a linear+ReLU layer; each recovery recomputed against the update',
     'tableak': 'TabLeak (Vero et al. 2023): softmax structural prior, pooled restarts batched into one tensor, per-cell entropy; FedSGD and FedAvg (per-epoch simulation)',
     'tableak-no-pooling': 'TabLeak ablation: one restart, no pooling',
     'tableak-no-softmax': 'TabLeak ablation: pooled restarts without the softmax prior',

@@ -117,4 +117,4 @@ class AnalyticFC(Attack):
 
 
 register("analytic-fc", AnalyticFC,
-         "Phong et al. 2017: inputs of a linear layer from weight-row / bias gradient ratios, verified (exact at batch 1)")
+         "Phong et al. 2017: inputs of a linear layer from weight-row / bias gradient ratios (exact at batch 1); each recovery recomputed against the update")

@@ -336,4 +336,4 @@ def solve(chosen, left, right, grad_b, weight, bias, zero_tol, noise: Optional[t
     return x, grad_z, consistency, residual, active
 
 
-register("spear", Spear, "SPEAR (Dimitrov et al., NeurIPS 2024): exact batch through a linear+ReLU layer, verified")
+register("spear", Spear, "SPEAR (Dimitrov et al., NeurIPS 2024): exact batch through a linear+ReLU layer; each recovery recomputed against the update")

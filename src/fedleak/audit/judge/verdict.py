@@ -282,8 +282,8 @@ def evidence_sentence(record: dict) -> str:
         if record.get("strongest_kind") == "exact":
             return (f"estimated: {strongest}'s recovery was scored against the data but did not verify against the "
                     f"update (not a proof)")
-        return (f"estimated: {strongest}, an analytic readout with no optimization, scored against the data; not "
-                f"verified by recomputing the update (not a proof)")
+        return (f"estimated: {strongest}, an analytic readout with no optimization, scored against the data; no "
+                f"recomputation of the update checked it (not a proof)")
     if kind == "not-found":
         parts = [f"{n} at {b['iterations']} {b['unit']}" for n, b in record.get("budgets", {}).items()]
         parts += [f"{n} (analytic, no budget)" for n in record.get("analytic_attacks", [])]
