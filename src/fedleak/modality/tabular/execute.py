@@ -120,19 +120,12 @@ def run_malicious(cfg, scenario, model_name: str, spec, data, stats: dict, seed:
     own (``server_records``), VGIA's parallel hyperplanes (``cfg.bins`` of them), each slab's record certified by
     recomputation (:mod:`fedleak.attacks.tabular.vgia`: proved)."""
     from ...models import build as build_model
-    from ...types import ClientData
 
     if ":" in model_name:
         raise FedleakError("the malicious threat model on tables needs a zoo model to imprint (--model tabular-mlp "
                            "or ft-transformer); add --no-malicious for your own module")
     malicious = build_model("imprint", spec, seed=cfg.model_seed, base=model_name, bins=cfg.bins, **stats)
-    records = ClientData(data.inputs.reshape(len(data), *spec.shape), data.labels, data.client_id)
-    update = client_update(malicious, records, scenario.protocol, seed=seed)
-    started = time.process_time()
-    rec = build_attack("imprint", seed=cfg.seed).reconstruct(update, malicious, spec)
-    seconds = time.process_time() - started
-    guess = rec.inputs.reshape(rec.inputs.shape[0], spec.schema.width)
-    scores = evaluate(spec.schema, guess, data.inputs, seed=cfg.seed)
+    _, guess, scores, seconds = _attack_shipped(cfg, scenario, "imprint", malicious, spec, data, seed)
     scores.update({"evidence": "estimated", "kind": "analytic", "cpu_seconds": round(seconds, 2),
                    "evidence_text": f"read verbatim out of the imprint's bins ({cfg.bins} bins, fitted on records no "
                                     f"audited client holds); measured against the true records, not recomputed"})
@@ -144,21 +137,28 @@ def run_malicious(cfg, scenario, model_name: str, spec, data, stats: dict, seed:
             "guess": guesses[strongest], "entropy": None, "truth": data.inputs}
 
 
+def _attack_shipped(cfg, scenario, attack: str, shipped, spec, data, seed: int):
+    """The client's FedSGD update on the model the server shipped, ``attack`` on it, the records read and their
+    scores against the truth: ``(reconstruction, records, scores, CPU seconds of the attack)``."""
+    from ...types import ClientData
+
+    records = ClientData(data.inputs.reshape(len(data), *spec.shape), data.labels, data.client_id)
+    update = client_update(shipped, records, scenario.protocol, seed=seed)
+    started = time.process_time()
+    rec = build_attack(attack, seed=cfg.seed).reconstruct(update, shipped, spec)
+    seconds = time.process_time() - started
+    guess = rec.inputs.reshape(rec.inputs.shape[0], spec.schema.width)
+    return rec, guess, evaluate(spec.schema, guess, data.inputs, seed=cfg.seed), seconds
+
+
 def run_vgia(cfg, scenario, model_name: str, spec, data, server_records, seed: int) -> tuple[dict, torch.Tensor]:
     """VGIA's certified slabs on one client's FedSGD update: the scores, and the records read."""
     from ...attacks.tabular.vgia import ship
     from ...models import build as build_model
-    from ...types import ClientData
 
     shipped = ship(build_model(model_name, spec, seed=cfg.model_seed), spec, server_records, slabs=cfg.bins,
                    seed=cfg.seed)
-    records = ClientData(data.inputs.reshape(len(data), *spec.shape), data.labels, data.client_id)
-    update = client_update(shipped, records, scenario.protocol, seed=seed)
-    started = time.process_time()
-    rec = build_attack("vgia", seed=cfg.seed).reconstruct(update, shipped, spec)
-    seconds = time.process_time() - started
-    guess = rec.inputs.reshape(rec.inputs.shape[0], spec.schema.width)
-    scores = evaluate(spec.schema, guess, data.inputs, seed=cfg.seed)
+    rec, guess, scores, seconds = _attack_shipped(cfg, scenario, "vgia", shipped, spec, data, seed)
     count, n = rec.extras["certified_count"], len(data)
     whole = bool(rec.extras["certain"])
     scores.update({"evidence": "proved" if count else "not-found", "kind": "exact", "cpu_seconds": round(seconds, 2),
