@@ -89,3 +89,20 @@ TEXT_COLUMNS = {"scenario": "Client protocol", "attack": "Attack", "exact_sequen
                 "rec_range": "Per-client range (%)", "condition": "Exactness condition", "seconds": "Attack time (s)"}
 IMAGE = Table(IMAGE_COLUMNS, _image_cells, optional=("rec_range",), not_printed=("seconds",))
 TEXT = Table(TEXT_COLUMNS, _text_cells, optional=("rec_range", "condition"), not_printed=("seconds", "condition"))
+
+
+def attack_series(points: list, metric: str) -> dict:
+    """Each attack's ``metric`` at every point of a sweep, keyed ``"scenario: title"``: the leakage curves' lines."""
+    out = {}
+    for key, scenario in points[0]["scenarios"].items():
+        attacks = {scenario["attack"]: scenario} if key == "malicious" else scenario["attacks"]
+        for name, s in attacks.items():
+            out[f"{key}: {s['title']}"] = [
+                (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][name]).get(metric)
+                for p in points]
+    return out
+
+
+def threat_series(points: list, threat_titles: dict) -> dict:
+    """Each threat model's share of recovered items (``rec_percent``) at every point of a sweep."""
+    return {threat_titles[n]: [p["threat_models"][n]["rec_percent"] for p in points] for n in points[0]["threat_models"]}

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...report import html_text
 from .figures import _figure_to_image, _pyplot, _wrap
-from .tables import TEXT
+from .tables import TEXT, attack_series, threat_series
 from ..judge.verdict import PARTIAL_ROUGE, TEXT_RULE
 
 COLUMNS = TEXT.columns
@@ -178,16 +178,8 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
     sweep = result.get("sweep")
     if sweep:
         values = [p["value"] for p in result["points"]]
-        exact = {threat_titles[n]: [p["threat_models"][n]["rec_percent"] for p in result["points"]]
-                 for n in first["threat_models"]}
-        rouge = {}
-        for key, scenario in first["scenarios"].items():
-            names = [scenario["attack"]] if key == "malicious" else list(scenario["attacks"])
-            for t in names:
-                title = scenario["title"] if key == "malicious" else scenario["attacks"][t]["title"]
-                rouge[f"{key}: {title}"] = [
-                    (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][t]).get("rouge1")
-                    for p in result["points"]]
+        exact = threat_series(result["points"], threat_titles)
+        rouge = attack_series(result["points"], "rouge1")
         failed = [any(isinstance(a.get("exactness"), dict) and a["exactness"].get("holds") is False
                       for key, sc in p["scenarios"].items() if key != "malicious" for a in sc["attacks"].values())
                   for p in result["points"]]

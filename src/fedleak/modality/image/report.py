@@ -34,6 +34,7 @@ def imprint_sentence(mal: dict) -> str:
 def results_body(point: dict, examples: dict) -> list:
     """The table, the imprint's sentence and one grid per (scenario, attack) of the first target."""
     from ...audit.report import figures
+    from ...audit.report.tables import attack_series, threat_series
     from ...audit.report.tables import IMAGE
     from ...report import html_images, html_text
 
@@ -51,6 +52,7 @@ def results_body(point: dict, examples: dict) -> list:
 def make_plots(result: dict, threat_titles: dict) -> dict:
     """name -> (caption, PIL image): the PSNR distribution and, with a sweep, the leakage curve."""
     from ...audit.report import figures
+    from ...audit.report.tables import attack_series, threat_series
 
     first = result["points"][0]
     series, threshold = {}, 20.0
@@ -65,16 +67,8 @@ def make_plots(result: dict, threat_titles: dict) -> dict:
     sweep = result.get("sweep")
     if sweep:
         values = [p["value"] for p in result["points"]]
-        curves = {threat_titles[n]: [p["threat_models"][n]["rec_percent"] for p in result["points"]]
-                  for n in first["threat_models"]}
-        psnr_curves = {}
-        for key, scenario in first["scenarios"].items():
-            names = [scenario["attack"]] if key == "malicious" else list(scenario["attacks"])
-            for t in names:
-                title = scenario["title"] if key == "malicious" else scenario["attacks"][t]["title"]
-                psnr_curves[f"{key}: {title}"] = [
-                    (p["scenarios"][key] if key == "malicious" else p["scenarios"][key]["attacks"][t]).get("psnr")
-                    for p in result["points"]]
+        curves = threat_series(result["points"], threat_titles)
+        psnr_curves = attack_series(result["points"], "psnr")
         epsilon = None
         if any(p.get("epsilon") for p in result["points"]):
             epsilon = [max((e.get("epsilon_rdp") for e in p.get("epsilon", {}).values()
