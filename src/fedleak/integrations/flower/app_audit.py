@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from ...errors import FedleakError
-from . import app_loading
+from . import app_canary_nodes, app_loading
 from .app_runtime import Watch, simulate
 
 
@@ -45,6 +45,13 @@ def canaries_of(app: app_loading.FlowerApp, given: Optional[int]) -> int:
         raise FedleakError(f"canaries (--canaries, run config fedleak-canaries, [tool.fedleak] canaries) must be 0 "
                            f"(off) or an integer from 2 to 100000, got {value!r}")
     return value
+
+
+def canary_nodes_of(app: app_loading.FlowerApp, given: Optional[int]) -> int:
+    """Canary nodes asked for: ``--canary-nodes``, else the run config's ``fedleak-canary-nodes``, else
+    ``[tool.fedleak] canary-nodes``, else 0 (off); checked against the node count by :func:`.app_canary_nodes.plan`."""
+    return given if given is not None else app.run_config.get("fedleak-canary-nodes",
+                                                               app.settings.get("canary-nodes", 0))
 
 
 def _protocol(settings: dict):
@@ -71,8 +78,11 @@ def _budget(audits) -> tuple:
     return None, None
 
 
-def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth, flower_out, log) -> dict:
+def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth, flower_out, log,
+             canary_nodes=None) -> dict:
     """Load the app afresh, run it audited, return what the run recorded."""
+    import time
+
     from ... import data as datasets
     from ...audit.plan.model_loading import prepare_model
     from .audit import LeakageAudit
@@ -80,6 +90,8 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
     app = app_loading.load(path, run_config)
     try:
         nodes, count = supernodes_of(app, supernodes), canaries_of(app, canaries)
+        asked = canary_nodes_of(app, canary_nodes)
+        planted = app_canary_nodes.plan(nodes, asked) if asked != 0 else None
         share = bool(app.settings.get("share-truth", False)) if share_truth is None else bool(share_truth)
         spec = datasets.spec_for(str(data or app.settings.get("data", "digits")))
         reference = model or app.settings.get("model")
@@ -95,10 +107,22 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
             return LeakageAudit(strategy, net, flower_out, spec=spec, protocol=_protocol(app.settings), attack=attack,
                                 attack_options={"iterations": int(iterations)} if iterations else None)
 
-        watch = Watch(make_audit, count, out=flower_out)
+        watch = Watch(make_audit, count, out=flower_out, canary_nodes=planted, nodes=nodes)
+        extra = int(planted.included.sum()) if planted is not None else 0
         log(f"fedleak: running {app.name} ({app.server_ref}, {app.client_ref}) in Flower's simulation: {nodes} "
-            f"node(s){', DP canaries: ' + str(count) if count else ''}{', clients share their batch' if share else ''}")
+            f"node(s){', DP canaries: ' + str(count) if count else ''}"
+            f"{f', {extra} canary nodes ({asked} drawn) running the nodes’ own mods' if extra else ''}"
+            f"{', clients share their batch' if share else ''}")
+        started = time.monotonic()
         simulate(app, watch, nodes, share)
+        errors = [r.error for r in watch.recorders if r.error]
+        if errors:
+            raise FedleakError(f"--flower-app {path}: {errors[0]}")
+        found = app_canary_nodes.result(watch.recorders[-1], time.monotonic() - started) if watch.recorders \
+            else None
+        if planted is not None and found is None:
+            raise FedleakError(f"--flower-app {path}: canary nodes asked for ({asked}) but the ServerApp started "
+                               "no strategy to record them")
         audits = watch.audits + watch.adopted
         if not audits:
             raise FedleakError(f"--flower-app {path}: the ServerApp started no Message-API strategy "
@@ -122,7 +146,7 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
                 canary = c.report()
         first = audits[0]
         iterations, factor = _budget(audits)
-        return {"records": records, "canary": canary, "notes": watch.notes, "strategies": watch.strategies,
+        return {"records": records, "canary": canary, "canary_nodes": found, "notes": watch.notes, "strategies": watch.strategies,
                 "spec": first.spec or spec, "model": first.model, "model_name": str(reference or
                                                                                   type(first.model).__name__),
                 "supernodes": nodes, "canaries": count, "shipped": any(a.ship is not None for a in audits),
@@ -135,7 +159,7 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
 def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = None,
                      malicious_run_config: Optional[str] = None, supernodes: Optional[int] = None,
                      canaries: Optional[int] = None, model: Optional[str] = None, data: Optional[str] = None,
-                     share_truth: Optional[bool] = None, log=print) -> dict:
+                     share_truth: Optional[bool] = None, canary_nodes: Optional[int] = None, log=print) -> dict:
     """Run the Flower app at ``path`` in Flower's simulation with its strategy audited; write ``out/report.html``
     and ``out/metrics.json`` (the audit's format) and return the metrics (module docstring).
 
@@ -155,6 +179,9 @@ def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = 
     log = log or (lambda *_: None)
     checked = app_loading.load(path, run_config)  # not an app, a component that does not import, bad --run-config:
     app_loading.forget_modules(checked)          # one line before anything is written
+    asked = canary_nodes_of(checked, canary_nodes)  # a canary-node count that does not fit: one line too
+    if asked != 0:
+        app_canary_nodes.plan(supernodes_of(checked, supernodes), asked)
     if malicious_run_config is None:
         malicious_run_config = app_loading.read(path).settings.get("malicious-run-config")
     out.mkdir(parents=True, exist_ok=True)
@@ -162,13 +189,13 @@ def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = 
         start = time.monotonic()
         common = dict(supernodes=supernodes, canaries=canaries, model=model, data=data, share_truth=share_truth,
                       log=log)
-        honest = _one_run(path, run_config, flower_out=out / "flower", **common)
+        honest = _one_run(path, run_config, flower_out=out / "flower", canary_nodes=canary_nodes, **common)
         malicious, reason = None, ("fedleak does not change the model the app's ClientApp builds; give the run config "
                                    "under which the app's ServerApp ships a malicious model (--malicious-run-config, "
                                    "or [tool.fedleak] malicious-run-config) to audit that threat")
         if malicious_run_config:
             both = " ".join(x for x in (run_config, str(malicious_run_config)) if x)
-            malicious = _one_run(path, both, flower_out=out / "flower-malicious", **{**common, "canaries": 0})
+            malicious = _one_run(path, both, flower_out=out / "flower-malicious", **{**common, "canaries": 0, "canary_nodes": 0})
             if not malicious["shipped"]:
                 raise FedleakError(f"--malicious-run-config {malicious_run_config!r}: the app's ServerApp shipped no "
                                    "malicious model under it (its LeakageAudit has no ship=)")
@@ -192,7 +219,8 @@ def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = 
 
 
 #: the keywords ``fedleak.audit(flower_app=…)`` passes on
-API_KEYS = ("run_config", "malicious_run_config", "supernodes", "canaries", "model", "data", "share_truth")
+API_KEYS = ("run_config", "malicious_run_config", "supernodes", "canaries", "model", "data", "share_truth",
+            "canary_nodes")
 
 
 def api_audit(flower_app, config=None, *, out="fedleak-report", log=print, **settings) -> dict:

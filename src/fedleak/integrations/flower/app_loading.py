@@ -16,6 +16,8 @@ What Flower does *not* read, fedleak reads from the app's own ``[tool.fedleak]``
 * ``supernodes`` — simulated nodes (default: the run config's ``num-clients``, else Flower's 2);
 * ``canaries`` — canary clients of the DP check (:class:`.canary.CanaryAudit`, default 0: off) — the run
   config key ``fedleak-canaries`` overrides it, so an app's run config can switch them on;
+* ``canary-nodes`` — canary *nodes* that run each node's own ClientApp mods (:mod:`.app_canary_nodes`, default
+  0: off; run config key ``fedleak-canary-nodes``);
 * ``lr``, ``local-epochs``, ``batch-size``, ``algorithm`` — the clients' training where the train config the
   strategy sends does not say it; ``attack``, ``iterations`` — what attacks each reply;
 * ``share-truth`` — simulated clients share their batch (for apps whose ClientApp calls
@@ -34,7 +36,7 @@ from ...errors import FedleakError
 
 #: the keys of ``[tool.fedleak]`` (anything else is refused, naming the key)
 SETTINGS = ("model", "data", "supernodes", "canaries", "lr", "local-epochs", "batch-size", "algorithm", "attack",
-            "iterations", "share-truth", "malicious-run-config")
+            "iterations", "share-truth", "malicious-run-config", "canary-nodes")
 
 
 @dataclass

@@ -134,6 +134,57 @@ def dp_verdict(canary: Optional[dict], mechanisms: list, notes: list) -> Optiona
     return None
 
 
+#: DP verdicts, most severe first (the run's one DP verdict is the most severe of its checks)
+SEVERITY = ("violated", "not in force", "consistent", "not audited")
+
+
+def node_verdict(found: dict) -> dict:
+    """The DP verdict of the canary nodes (:mod:`.app_canary_nodes`): which nodes' replies show a missing mod,
+    the aggregate test where the strategy adds noise, what the server sees, the cost — no more than was checked."""
+    rows, flagged = found.get("reply_test") or [], found.get("nodes_flagged_by_replies") or []
+    m, inserted, k = found["canaries"], found["canaries_inserted"], found["nodes"]
+    cost = (f"cost: {found['cost']['canary_replies']} canary replies over {found['rounds']} round(s), each one call "
+            f"of the node's own ClientApp, {inserted} extra simulated nodes")
+    sees = f"What the server can and cannot see: {found['sees']}"
+    if not rows:
+        return {"verdict": "not audited", "short": "canary nodes ran, nothing testable", "check": "canary nodes",
+                "evidence": f"{found.get('note', 'no canary reply was tested')}; {sees}; {cost}"}
+    tested = [r["node"] for r in rows]
+    untested = sorted(set(range(k)) - set(tested))
+    clipped = [str(r["node"]) for r in rows if not r["flagged"]]
+    by_reason: dict = {}
+    for r in rows:
+        if r["flagged"]:
+            by_reason.setdefault("; ".join(r["reasons"]), []).append(str(r["node"]))
+    found_text = "; ".join(f"the canary replies of node(s) {', '.join(n)}: {why}" for why, n in by_reason.items())
+    replies = (f"{found_text} — their ClientApps do not clip: mod missing on node(s) {', '.join(map(str, flagged))}"
+               if flagged else "no node's canary replies come back unclipped")
+    replies += (f"; node(s) {', '.join(clipped)} clip theirs" if clipped else "") + \
+        (f"; node(s) {', '.join(map(str, untested))} had no canary reply (not tested)" if untested else "")
+    check = found.get("aggregate_test") or {}
+    test = check.get("claim_test") or {}
+    aggregate = (f"; aggregate test of the released models: claim p = {test['p_value']:.2g} at σ = "
+                 f"{found['noise_multiplier_seen']:.3g} for the {k} + {inserted} replies aggregated (Gaussian noise "
+                 f"by construction: Flower's wrapper adds it), nodes flagged by the aggregates: "
+                 f"{', '.join(map(str, check.get('flagged_clients') or [])) or 'none'}" if test else
+                 f"; {found.get('note', 'no aggregate test')}")
+    text = f"{replies} (per-node reply test at p < 0.01, Bonferroni over {k} nodes, {m} canaries drawn, " \
+           f"{inserted} included){aggregate}; {sees}; {cost}"
+    if check.get("evidence") == "proved":
+        return {"verdict": "violated", "short": f"claim violated (proved) with {inserted} canary nodes",
+                "check": "canary nodes", "nodes_missing_mod": flagged,
+                "evidence": f"proved: the canaries' one-run test rejects the claimed noise; {text}"}
+    if flagged or check.get("detected"):
+        who = f"mod missing on nodes {', '.join(map(str, flagged))}" if flagged else "claim not in force"
+        return {"verdict": "not in force", "short": f"{who} (estimated, {inserted} canary nodes)",
+                "check": "canary nodes", "nodes_missing_mod": flagged,
+                "evidence": f"estimated: {text}"}
+    return {"verdict": "consistent", "short": f"every tested node clips ({inserted} canary nodes)",
+            "check": "canary nodes", "nodes_missing_mod": [],
+            "evidence": f"consistent at this budget, not proved: {text}; a mod that clips only some updates, or a "
+                        "node not tested, is not excluded"}
+
+
 def examples(records: list, spec) -> dict:
     """``{(label, attack): Example}``: the last round's shared batches beside their matched reconstructions."""
     from ...audit.execute.steps import example
@@ -213,9 +264,15 @@ def build(path, honest: dict, malicious: Optional[dict], seconds: float, malicio
                          "records": honest["outs"] + (malicious["outs"] if malicious else []),
                          "seconds": seconds, "cannot_see": CANNOT_SEE, "notes": honest["notes"],
                          "dp_mechanisms": unique, "canaries": honest["canary"]}}
-    claim = dp_verdict(honest["canary"], unique, honest["notes"])
-    if claim:
-        result["dp_verdict"] = claim
+    claims = [c for c in [dp_verdict(honest["canary"], unique, honest["notes"])] if c]
+    if honest.get("canary_nodes"):  # the server-side "configured, not audited" no longer holds
+        claims = [c for c in claims if c["verdict"] != "not audited"] + [node_verdict(honest["canary_nodes"])]
+    if claims:  # one DP verdict: the most severe check's, each check's evidence beside it
+        claims.sort(key=lambda c: SEVERITY.index(c["verdict"]) if c["verdict"] in SEVERITY else len(SEVERITY))
+        result["dp_verdict"] = {**claims[0], "evidence": " | ".join(
+            f"{c.get('check', 'server-side canaries')}: {c['evidence']}" for c in claims)} if len(claims) > 1 \
+            else claims[0]
+    result["flower"]["canary_nodes"] = honest.get("canary_nodes")
     result["what_to_change"] = what_to_change(result)
     result["overall"] = overall(result)
     result["config_hash"] = config_hash(config)
@@ -232,6 +289,11 @@ def what_to_change(result: dict) -> list:
     if honest["verdict"] in ("high", "medium"):
         lines.append("The replies leak the clients' data: add client-side DP (Flower's LocalDpMod or a DP-SGD "
                      "client), larger local batches, or secure aggregation, and rerun this command.")
+    missing = result.get("dp_verdict", {}).get("nodes_missing_mod")
+    if missing:
+        lines.append(f"Nodes {', '.join(map(str, missing))} send their canaries unclipped: their ClientApp build "
+                     "lacks the clipping mod (fixedclipping_mod / adaptiveclipping_mod); build it with the mod and "
+                     "rerun this command.")
     if result.get("dp_verdict", {}).get("verdict") == "violated":
         lines.append("The DP claim is violated: the noise the canaries see is below the claimed σ; check where the DP "
                      "wrapper sits and how many clients it sizes its noise for.")

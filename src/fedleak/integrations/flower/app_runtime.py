@@ -12,6 +12,7 @@ server-side DP wrapper when canaries are asked for.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
@@ -37,6 +38,10 @@ class Watch:
     emptied: list = field(default_factory=list)  # empty folders an adopted audit made elsewhere (removed after)
     notes: list = field(default_factory=list)
     local: threading.local = field(default_factory=threading.local)
+    canary_nodes: object = None  # the canaries of canary nodes (app_canary_nodes.plan), or None: off
+    nodes: int = 0  # the app's own nodes (partitions 0…nodes−1; canary nodes beyond)
+    partitions: dict = field(default_factory=dict)  # Flower's node id → partition id of the simulation
+    recorders: list = field(default_factory=list)  # the canary nodes' recorders (app_canary_nodes.NodeRecorder)
 
 
 def chain(strategy) -> list:
@@ -102,6 +107,11 @@ def wrapped_start(watch: Watch):
             else:
                 top = watch.make_audit(top)
                 watch.audits.append(top)
+            if watch.canary_nodes is not None:  # canary nodes: their replies recorded, going around the audit
+                from .app_canary_nodes import attach
+
+                top = attach(top, found[0] if found else top, watch.canary_nodes, watch.nodes, watch.partitions)
+                watch.recorders.append(top)
             return top.start(grid, initial_arrays, *args, **kwargs)
         finally:
             watch.local.active = False
@@ -233,6 +243,19 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
 
     launch = runtime.run_serverapp_th
     servers: list = []
+    vce = importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
+    register = vce._register_nodes  # noqa: SLF001 - Flower's node → partition map, read for the canary nodes
+    client = {"client_app_attr": app.client_ref}
+    if watch.canary_nodes is not None:
+        from .app_canary_nodes import CanaryNodeApp
+
+        client = {"client_app": CanaryNodeApp(app.client_app, supernodes, watch.canary_nodes)}
+        supernodes += int(watch.canary_nodes.included.sum())
+
+    def registered(*args, **kwargs):
+        mapping = register(*args, **kwargs)
+        watch.partitions.update(mapping)
+        return mapping
 
     def serverapp_thread(*args, **kwargs):  # Flower's own launcher, its grid and thread kept to stop them
         thread = launch(*args, **kwargs)
@@ -242,9 +265,9 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
     try:
         with environment(share_truth), wrapped_start(watch):
             start_ray(cpus)
-            runtime.run_serverapp_th = serverapp_thread
+            runtime.run_serverapp_th, vce._register_nodes = serverapp_thread, registered
             _run_simulation(num_supernodes=supernodes, exit_event=Telemetry.PYTHON_API_RUN_SIMULATION_LEAVE,
-                            server_app_attr=app.server_ref, client_app_attr=app.client_ref,
+                            server_app_attr=app.server_ref, **client,
                             backend_config=backend, app_dir=str(app.path), is_app=True, run=run,
                             server_app_context=context)
     except FedleakError:
@@ -255,7 +278,7 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
         cause = exc.__cause__ or exc
         raise FedleakError(f"the Flower run of {app.path.name} ended: {app_loading.describe_error(cause)}") from None
     finally:
-        runtime.run_serverapp_th = launch
+        runtime.run_serverapp_th, vce._register_nodes = launch, register
         stop_ray()
         for grid, thread in servers:
             stop_serverapp(grid, thread)
