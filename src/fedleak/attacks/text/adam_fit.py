@@ -21,12 +21,18 @@ candidates' scaled gradients at once (the joint fit in AdamW's metric). μ and �
 candidates themselves — members and non-members of the same distribution, no label is used. Under plain
 SGD (``optimizer="sgd"``) r = 1 and this is the joint fit.
 
-Candidate gradients: one per candidate at θˢ, in eval mode, by the one client-update function
-(:func:`.membership.candidate_gradients`). Where M × P floats exceed :data:`.membership.EXACT_LIMIT`
+Candidate gradients: one per candidate at θˢ, in eval mode. Under LoRA they come in closed form from one
+batched backward pass (:func:`.lora_grads.lora_gradients`: ∇B = Σₜ ∂ℓ/∂zₜ hₜᵀ, the same values as per-example
+autograd), and ``layers=k`` asks only for the adapters of the last k blocks: the early blocks' forward builds no
+graph and the backward stops at block L − k; the fit is then the same least-squares model on those coordinates of
+the update (Δ restricted to them: each coordinate's AdamW step is a function of that coordinate's gradients only,
+so the restriction is again Δ ≈ Σᵢ βᵢ gᵢ/r on fewer equations). Other models: the client's per-example
+gradients (:func:`.membership.candidate_gradients`). Where M × P floats exceed :data:`.membership.EXACT_LIMIT`
 the fit uses a seeded random subset of the coordinates (the same least-squares model on fewer equations;
 r is per coordinate, so a subset keeps it exact, which a random-sign sketch would not).
 
-Cost: one gradient per candidate — about M/(s·b) times the client's own update of s steps of b documents.
+Cost: one forward pass per candidate plus the backward pass of the LM head and the k blocks asked for
+(measured against the client's own update by ``benchmarks/bench_membership.py``).
 """
 
 from __future__ import annotations
@@ -67,22 +73,37 @@ def fit_scores(grads: torch.Tensor, delta: torch.Tensor, optimizer: str, batch: 
 
 
 def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None, *,
-                    seed: int = 0, progress: Optional[Callable[[int, int], None]] = None) -> dict:
+                    seed: int = 0, layers: Optional[int] = None,
+                    progress: Optional[Callable[[int, int], None]] = None) -> dict:
     """``{scores (the coefficients), joint (the plain fit on the same gradients), cosine (centred), raw (cosine),
-    seconds, parameters, kept, silent}`` for the candidate sequences ``ids`` (M, L): one gradient per candidate serves
-    all. ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0)."""
+    seconds, parameters, kept, silent, layers}`` for the candidate sequences ``ids`` (M, L): one gradient per
+    candidate serves all. ``layers``: the LoRA adapters of the last k blocks only (None: every trainable parameter).
+    ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0)."""
+    from .common import labels_for
+    from .lora_grads import is_lora, last_layers, lora_gradients
+
     if ids.dim() != 2 or ids.shape[0] < 2:
         raise FedleakError(f"adam-fit needs at least 2 candidate sequences (M, L), got {tuple(ids.shape)}")
     start = time.perf_counter()
-    names = list(update.server_params)
+    every = list(update.server_params)
+    lora = is_lora(every) and callable(getattr(model, "loss_fn", None))
+    if layers is not None and not lora:
+        raise FedleakError("adam-fit: layers (the last k blocks) needs an update of LoRA adapters only")
+    names = last_layers(every, layers)
     numel = sum(update.server_params[k].numel() for k in names)
     keep = coordinates(numel, ids.shape[0], seed)
     transform = (lambda flat: flat[keep]) if keep is not None else None
     delta = _flat(update.pseudo_gradient(), names)
     if keep is not None:
         delta = delta[keep]
-    grads = candidate_gradients(model, update, ids.long(), labels, names=names, transform=transform,
-                                progress=progress)
+    if lora:
+        params = {k: v.detach() for k, v in update.server_params.items()}
+        buffers = {k: v.detach() for k, v in (getattr(update, "buffers", None) or {}).items()}
+        grads = lora_gradients(model, params, buffers, ids.long(), labels_for(model, ids.long(), labels), names,
+                               transform=transform, progress=progress)
+    else:
+        grads = candidate_gradients(model, update, ids.long(), labels, names=names, transform=transform,
+                                    progress=progress)
     batch = update.protocol.batch_size_for(update.num_samples)
     optimizer = update.protocol.optimizer
     scores = fit_scores(grads, delta, optimizer, batch)
@@ -90,7 +111,8 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
     raw, centred = _cosines(grads, delta), _cosines(grads - grads.mean(0, keepdim=True), delta)
     return {"scores": scores.tolist(), "joint": plain.tolist(), "cosine": centred.tolist(), "raw": raw.tolist(),
             "seconds": time.perf_counter() - start,
-            "parameters": int(numel), "kept": int(delta.numel()), "optimizer": optimizer, "batch": int(batch),
+            "parameters": int(numel), "kept": int(delta.numel()), "layers": layers,
+            "tensors": {"trainable": len(every), "fitted": len(names)}, "optimizer": optimizer, "batch": int(batch),
             "silent": int((grads == 0).all(0).sum()),
             "statistic": ("coefficient of the candidate's gradient (at the server's weights), each coordinate scaled by "
                           "AdamW's linearised step 1/sqrt(mu^2 + sigma^2/b) from the candidates, in the least-squares "
