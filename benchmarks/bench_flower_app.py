@@ -5,7 +5,10 @@ process with ``--out`` in a temporary folder, optionally with ``--run-config`` o
 code, the wall and CPU seconds of the child, the overall verdict line with each part's evidence, the replies per
 status, the canaries' claim test, the load average before and after, the thread variables, the CPU count, the
 torch and flwr versions and the commit. ``python benchmarks/bench_flower_app.py --out
-benchmarks/results/flower_app.json`` rewrites the tracked file the docs cite.
+benchmarks/results/flower_app.json`` rewrites the tracked file the docs cite. ``--app
+examples/flower-app-dp-nodes`` runs the canary-node example instead (issue 42 item 2; ``--run-config
+'no-clip-on="1,3"'`` plants the missing mod): its canary nodes' findings and cost are recorded too
+(``flower_app_dp_nodes_faulty.json`` / ``flower_app_dp_nodes_correct.json``).
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ FEDLEAK = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "fedleak
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-config", default=None, help="overrides appended to the README's command")
+    parser.add_argument("--app", default="examples/flower-app", help="the app folder (default: the README's)")
     parser.add_argument("--out", default=fresh("flower_app.json"))
     args = parser.parse_args(argv)
     import flwr
     import torch
 
     with tempfile.TemporaryDirectory() as folder:
-        command = FEDLEAK + ["audit", "--flower-app", "examples/flower-app", "--out", str(Path(folder) / "report")]
+        command = FEDLEAK + ["audit", "--flower-app", args.app, "--out", str(Path(folder) / "report")]
         if args.run_config:
             command += ["--run-config", args.run_config]
         load_before = os.getloadavg()
@@ -51,6 +55,7 @@ def main(argv=None) -> int:
         metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     canary = (metrics.get("flower") or {}).get("canaries") or {}
+    nodes = (metrics.get("flower") or {}).get("canary_nodes") or {}
     result = {"command": " ".join(command[len(FEDLEAK):]).replace(folder, "TMP"), "exit_code": done.returncode,
               "wall_seconds": round(wall, 1),
               "cpu_seconds_child": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
@@ -59,6 +64,14 @@ def main(argv=None) -> int:
               "verdicts": metrics.get("verdicts"), "dp_verdict": metrics.get("dp_verdict"),
               "canaries": {k: canary.get(k) for k in ("canaries", "canaries_inserted", "rounds", "epsilon_lower",
                                                       "claim_test")} if canary else None,
+              "canary_nodes": {"nodes": nodes.get("nodes"), "canaries": nodes.get("canaries"),
+                               "canaries_inserted": nodes.get("canaries_inserted"), "rounds": nodes.get("rounds"),
+                               "nodes_flagged_by_replies": nodes.get("nodes_flagged_by_replies"),
+                               "nodes_flagged_by_aggregates": nodes.get("nodes_flagged_by_aggregates"),
+                               "reply_test": [{k: r.get(k) for k in ("node", "canary_replies", "mean_projection",
+                                                                     "p_value", "flagged")}
+                                              for r in nodes.get("reply_test") or []],
+                               "cost": nodes.get("cost")} if nodes else None,
               "error": done.stderr.strip().splitlines()[-1] if done.returncode else None,
               "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "cpu_count": os.cpu_count(), "threads": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS",

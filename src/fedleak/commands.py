@@ -28,7 +28,8 @@ def cmd_audit(args) -> int:
     from .audit.plan.arguments import config_from_args
 
     if any(getattr(args, k, None) not in (None, False) for k in ("flower_app", "run_config", "malicious_run_config",
-                                                                  "supernodes", "canaries", "share_truth")):
+                                                                  "supernodes", "canaries", "share_truth",
+                                                                  "canary_nodes")):
         from .integrations.flower.app_flags import from_args  # the user's Flower app (docs/flower.md)
 
         return 0 if from_args(args) else 1

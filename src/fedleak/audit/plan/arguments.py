@@ -78,6 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "num-clients, else 2)")
     g.add_argument("--canaries", type=int, help="--flower-app: DP canaries in the strategy's DP wrapper (0: off; "
                    "default: the run config's fedleak-canaries)")
+    g.add_argument("--canary-nodes", type=int, help="--flower-app: canary nodes running each node's own ClientApp "
+                   "mods (0: off; default: the run config's fedleak-canary-nodes)")
     g.add_argument("--share-truth", action="store_true", default=None,
                    help="--flower-app: simulated clients share their batch (FEDLEAK_NODE_CONFIG share-truth=true)")
     g = p.add_argument_group("what the audit does")

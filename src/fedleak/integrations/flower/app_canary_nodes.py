@@ -46,11 +46,23 @@ from .canary_replies import reply_test
 MAX_CANARY_NODES = 120
 #: raw norm of the large canaries in units of the clip norm
 SCALE = 10.0
-SEES = ("in a deployment the server sees replies only: a node's mod is inferred from the replies of that node's "
-        "canaries (their projection on the canary's direction: 1 if the mod clipped it, 10 if not) and from the "
-        "released aggregates; this needs the node's operator to run the canary ClientApp (this wrapper around "
-        "the node's own ClientApp) beside the real one — a node that does not is not audited, and what its "
-        "ClientApp does inside is never seen")
+SEES = " ".join("""in a deployment the server sees replies only: a node's mod is inferred from the replies of
+that node's canaries (their projection on the canary's direction: 1 if the mod clipped it, 10 if not) and from the
+released aggregates; this needs the node's operator to run the canary ClientApp (this wrapper around the node's own
+ClientApp) beside the real one — a node that does not is not audited, and what its ClientApp does inside is never
+seen""".split())
+
+
+def homes(canaries: Canaries, nodes: int) -> np.ndarray:
+    """The real node of each canary: the included canaries above the clip norm dealt round-robin over the nodes,
+    likewise those at the clip norm and the excluded ones, so every node is tested once there are K included large
+    canaries (which node a canary serves changes no canary's inclusion coin, Steinke et al.'s design)."""
+    j = np.arange(canaries.count)
+    kind = np.where(canaries.included, np.where(canaries.raw_norm(j) > 1, 0, 1), 2)
+    out = np.empty(canaries.count, int)
+    for value in range(3):
+        out[kind == value] = np.arange(int((kind == value).sum())) % max(1, nodes)
+    return out
 
 
 def plan(nodes: int, count: int, seed: int = 0) -> Canaries:
@@ -61,15 +73,14 @@ def plan(nodes: int, count: int, seed: int = 0) -> Canaries:
     canaries = Canaries(count, 1, int(seed), SCALE, nodes)
     j = np.arange(count)
     testable = canaries.included & (canaries.raw_norm(j) > 1)
-    missing = [k for k in range(nodes) if not (testable & (canaries.node(j) == k)).any()]
+    missing = [k for k in range(nodes) if not (testable & (homes(canaries, nodes) == k)).any()]
     total = nodes + int(canaries.included.sum())
     if missing:
-        raise FedleakError(f"--canary-nodes {count}: node(s) {', '.join(map(str, missing))} of {nodes} would have no "
-                           f"included canary of raw norm > C (canary j belongs to node j mod {nodes}, j ≡ 0 mod 4 is "
-                           f"at the clip norm): give more canary nodes" + (" or a node count that is not a multiple "
-                                                                          "of 4" if nodes % 4 == 0 else ""))
+        raise FedleakError(f"canary nodes {count}: node(s) {', '.join(map(str, missing))} of {nodes} would have no "
+                           f"included canary of raw norm > C ({int(testable.sum())} of the {count} drawn, each included with "
+                           "probability ½): give more canary nodes")
     if total > 64:
-        raise FedleakError(f"--canary-nodes {count}: {nodes} nodes + {total - nodes} included canary nodes = {total} "
+        raise FedleakError(f"canary nodes {count}: {nodes} nodes + {total - nodes} included canary nodes = {total} "
                            "simulated nodes, more than 64 on this machine: give fewer canary nodes")
     return canaries
 
@@ -119,7 +130,7 @@ class CanaryNodeApp(ClientApp):
     def __call__(self, message, context: Context):
         partition = int(context.node_config.get("partition-id", 0))
         j = self.index[partition - self.nodes] if partition >= self.nodes else None
-        home = partition if j is None else int(self.canaries.node(np.array([j]))[0])
+        home = partition if j is None else int(homes(self.canaries, self.nodes)[j])
         node = Context(run_id=context.run_id, node_id=context.node_id, run_config=context.run_config,
                        node_config={**context.node_config, "partition-id": home, "num-partitions": self.nodes},
                        state=context.state)
@@ -270,7 +281,7 @@ def result(recorder: NodeRecorder, seconds: float, delta: float = 1e-5) -> dict:
 
     c = recorder.plan.canaries
     j = np.arange(c.count)
-    included, raw, node = c.included, c.raw_norm(j), c.node(j)
+    included, raw, node = c.included, c.raw_norm(j), homes(c, recorder.nodes)
     out = {"level": "client", "source": "flower canary nodes in Flower's simulation of the app",
            "nodes": recorder.nodes, "canaries": c.count, "canaries_inserted": int(included.sum()),
            "rounds": recorder.rounds, "clip_norms": recorder.clip_norms, "sees": SEES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...errors import FedleakError
 
 #: flag destinations that only apply with --flower-app
-APP_FLAGS = ("run_config", "malicious_run_config", "supernodes", "canaries", "share_truth")
+APP_FLAGS = ("run_config", "malicious_run_config", "supernodes", "canaries", "share_truth", "canary_nodes")
 
 
 def refuse_without_app(args) -> None:
@@ -36,4 +36,4 @@ def from_args(args) -> dict:
     return audit_flower_app(args.flower_app, out=args.out, run_config=args.run_config,
                             malicious_run_config=args.malicious_run_config, supernodes=args.supernodes,
                             canaries=args.canaries, model=args.model, data=args.data, share_truth=args.share_truth,
-                            log=None if quiet else print)
+                            canary_nodes=getattr(args, "canary_nodes", None), log=None if quiet else print)

@@ -1,0 +1,131 @@
+"""Canary nodes inside ``fedleak audit --flower-app`` (issue 42, item 2): ``examples/flower-app-dp-nodes`` puts
+Flower's ``fixedclipping_mod`` on every node, except the partitions its run config's ``no-clip-on`` builds without
+it — the misconfiguration a node operator makes (Flower's client-side DP mods are opt-in per ClientApp).
+
+The fast tests run the wrapper ClientApp in this process (no Ray): a canary node follows the app into the ClientApp
+it builds for its node and runs that ClientApp's own mods; a real partition is answered as without canaries. Bad
+input is one line, exit 2, nothing written. The slow test runs Flower's simulation twice (Ray; ~90 s each on the
+2 shared cores under load, unavoidable: the wrapper must be loaded in Ray's actors by Flower's own runtime): the
+misconfigured app names exactly nodes 1 and 3, the correct one flags none.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr.serverapp")
+
+from fedleak.cli import main  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flower-app-dp-nodes"
+
+
+@pytest.fixture
+def task_identity():
+    """The identity Flower's runtime gives a process (a Message takes its run id from it), restored after."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)  # noqa: SLF001
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved  # noqa: SLF001
+
+
+def test_a_canary_node_runs_its_nodes_own_mods_and_real_nodes_are_unchanged(task_identity):
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+
+    from fedleak.integrations.flower import app_loading
+    from fedleak.integrations.flower.app_canary_nodes import CanaryNodeApp, homes, plan
+    from fedleak.integrations.flower.canary_nodes import _floats, _Plan
+
+    app = app_loading.load(EXAMPLE, 'no-clip-on="1,3"')
+    try:
+        canaries = plan(5, 24)
+        wrapper = CanaryNodeApp(app.client_app, 5, canaries)
+        from fedleak_dp_nodes_app.task import Net
+
+        initial = ArrayRecord(Net().state_dict())
+        theta, _ = _floats(initial)
+
+        def call(target, partition, partitions):
+            config = ConfigRecord({"lr": 0.1, "batch-size": 4, "clipping_norm": 0.1})
+            msg = Message(RecordDict({"arrays": initial, "config": config}), dst_node_id=partition + 1,
+                          message_type="train")
+            context = Context(run_id=1, node_id=partition + 1, state=RecordDict(), run_config=dict(app.run_config),
+                              node_config={"partition-id": partition, "num-partitions": partitions})
+            return _floats(next(iter(target(msg, context).content.array_records.values())))[0]
+
+        included = np.flatnonzero(canaries.included)
+        home = homes(canaries, 5)
+        seen = {}
+        for i, j in enumerate(included):  # partition 5 + i is the i-th included canary
+            u = _Plan(canaries, None).direction(int(j), theta.size)
+            seen[int(j)] = float(u @ (call(wrapper, 5 + i, 5 + len(included)) - theta)) / 0.1
+        raw = canaries.raw_norm(np.arange(canaries.count))
+        for j, projection in seen.items():  # clipped to C (1) by the node's mod, else its raw norm (10)
+            expected = raw[j] if home[j] in (1, 3) else 1.0
+            assert projection == pytest.approx(expected, rel=1e-4), (j, home[j])
+        assert {int(home[j]) for j in seen if raw[j] > 1} == {0, 1, 2, 3, 4}  # every node tested
+        # a real partition: the user's ClientApp with the node config it has without canaries (5 partitions)
+        assert np.array_equal(call(wrapper, 2, 5 + len(included)), call(app.client_app, 2, 5))
+    finally:
+        app_loading.forget_modules(app)
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_canary_nodes_that_do_not_fit_or_a_clientapp_that_does_not_load(tmp_path, capsys):
+    out = tmp_path / "report"
+    for flags, named in ((["--canary-nodes", "10"], "would have no included canary"),
+                         (["--canary-nodes", "500"], "from 2 to 120"),
+                         (["--run-config", "fedleak-canary-nodes=1"], "got 1"),
+                         (["--canary-nodes", "120", "--supernodes", "20"], "more than 64")):
+        assert main(["audit", "--flower-app", str(EXAMPLE), "--out", str(out), *flags]) == 2
+        assert named in _one_error_line(capsys)
+        assert not out.exists()
+    broken = tmp_path / "app"
+    shutil.copytree(EXAMPLE, broken, ignore=shutil.ignore_patterns("__pycache__"))
+    (broken / "fedleak_dp_nodes_app" / "client_app.py").write_text("raise ImportError('no such build')\n")
+    assert main(["audit", "--flower-app", str(broken), "--out", str(out), "--canary-nodes", "24"]) == 2
+    line = _one_error_line(capsys)
+    assert "ClientApp 'fedleak_dp_nodes_app.client_app:app' does not import" in line and "no such build" in line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["app"]
+    assert main(["audit", "--canary-nodes", "24", "--out", str(out)]) == 2
+    assert "add --flower-app" in _one_error_line(capsys)
+
+
+@pytest.mark.slow
+def test_flower_app_names_the_nodes_built_without_their_mod(tmp_path, capsys):
+    """Two runs of Flower's simulation (module docstring): nodes 1, 3 built without fixedclipping_mod are named
+    from their canaries' replies; the correct app flags none; canary replies are never attacked."""
+    bad = tmp_path / "bad"
+    assert main(["audit", "--flower-app", str(EXAMPLE), "--run-config", 'no-clip-on="1,3"', "--out", str(bad),
+                 "--quiet"]) == 0
+    metrics = json.loads((bad / "metrics.json").read_text())
+    found = metrics["flower"]["canary_nodes"]
+    assert found["nodes_flagged_by_replies"] == [1, 3]
+    assert {r["node"] for r in found["reply_test"]} == {0, 1, 2, 3, 4}
+    assert metrics["dp_verdict"]["verdict"] == "not in force" and metrics["dp_verdict"]["nodes_missing_mod"] == [1, 3]
+    assert "DP: mod missing on nodes 1, 3 (estimated" in metrics["overall"]["line"]
+    evidence = metrics["dp_verdict"]["evidence"]
+    assert "the server sees replies only" in evidence and "node's operator to run the canary ClientApp" in evidence
+    assert f"cost: {found['cost']['canary_replies']} canary replies" in evidence
+    assert "mod missing on nodes 1, 3" in (bad / "report.html").read_text()
+    # the leakage audit attacked the 5 real nodes' replies only (a canary holds no data)
+    assert sum(metrics["flower"]["replies"].values()) == 5
+    good = tmp_path / "good"
+    assert main(["audit", "--flower-app", str(EXAMPLE), "--out", str(good), "--quiet"]) == 0
+    metrics = json.loads((good / "metrics.json").read_text())
+    assert metrics["flower"]["canary_nodes"]["nodes_flagged_by_replies"] == []
+    assert metrics["dp_verdict"]["verdict"] == "consistent" and metrics["dp_verdict"]["nodes_missing_mod"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "good"]
