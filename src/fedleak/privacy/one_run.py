@@ -119,11 +119,17 @@ def gdp_rejects(mu: float, g: Guesses, significance: float) -> bool:
     """
     if math.isinf(mu):
         return False
+    return tradeoff_rejects(lambda right: float(ndtr(ndtri(right) - mu)) if right < 1 else 1.0, g, significance)
+
+
+def tradeoff_rejects(forced, g: Guesses, significance: float) -> bool:
+    """Mahloujifar et al.'s recursion (:func:`gdp_rejects`) for any trade-off curve f: ``forced(right)`` is the
+    wrong-guess mass f(1 − right) that a correct-guess mass ``right`` forces (Φ(Φ⁻¹(right) − μ) for μ-GDP)."""
     right = significance * g.v / g.m
     wrong = significance * (g.r - g.v) / g.m
     for i in range(g.v - 1, -1, -1):
-        forced = float(ndtr(ndtri(right) - mu)) if right < 1 else 1.0
-        new_wrong = max(wrong, forced)
+        forced_wrong = forced(right)
+        new_wrong = max(wrong, forced_wrong)
         if new_wrong == wrong:
             break  # nothing can change any more
         right = min(right + i / (g.r - i) * (new_wrong - wrong), 1.0)

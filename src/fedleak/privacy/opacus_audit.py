@@ -17,7 +17,10 @@ independently with probability ½; §7 white-box Dirac canaries, here as real ex
 * the claim under test is the user's own ``PrivacyEngine`` accountant's ε at δ (``engine.get_epsilon(δ)``).
 
 Statistics and verdict as :mod:`.sgd_run` and :mod:`.sgd_verdict`: all-iterates Σ_t log(1 − q + q·e^{x/σ − 1/(2σ²)})
-(q < 1) or Σ_t x/√T (q = 1), final model the canary rows' weights at the end. Loss contract: a classification
+(q < 1) or Σ_t x/√T (q = 1), final model the canary rows' weights at the end; guesses pre-registered from σ, q, T
+and m (never from the coins). For q < 1 the headline bound is the f-DP bound of the Poisson-subsampled Gaussian's own
+family (:mod:`.subsampled_fdp`, its assumption printed) when the batch sizes are Poisson, else the assumption-free
+one; both are recorded. Loss contract: a classification
 loss that falls as logit 0 rises for label 0 (cross-entropy, NLL of log-softmax, MSE on one-hot): the canary's
 gradient is then negative; its size does not matter (it is clipped).
 """
@@ -269,7 +272,7 @@ def audit_opacus(train: Callable, model: nn.Module, dataset, *, canaries: int = 
     llr = np.logaddexp(math.log1p(-q), math.log(q) + mu1 * x - mu1 * mu1 / 2).sum(0) if q < 1 else None
     final = wrapped.canary.weight.detach()[:m, 0].double().numpy()
     scores = {"all-iterates": llr if q < 1 else mean_shift.copy(), "final-model": final}
-    fraction = pre_registered_fraction(noise, q, len(x), int(included.sum()), int((~included).sum()), delta)
+    fraction = pre_registered_fraction(noise, q, len(x), m - m // 2, m // 2, delta)  # from m, never the coins
     bounds = {t: lower_bounds(scores[t], included, delta, fraction=fraction) for t in THREATS}
     estimates = {t: estimate(scores[t], included, delta) for t in THREATS}
     raw = np.full(m, 10.0)  # every canary far above the clip norm (GAIN): the claim test uses them all
@@ -285,8 +288,16 @@ def audit_opacus(train: Callable, model: nn.Module, dataset, *, canaries: int = 
             f"while the accountant assumes Poisson with q = {q:.3g}: its ε = {claimed:.2f} does not apply; with "
             f"shuffled batches ε ≤ {sampling['epsilon_if_shuffled']:.2f} ({sampling['shuffled_bound']}; Chua et al., "
             "ICML 2024: shuffling accounted as Poisson).")
-    v = sgd_verdict(scores=scores["all-iterates"], mean_shift=mean_shift, included=included,
-                    test_set=np.ones(m, bool), bound=bounds[threat], check=check, noise=noise, q=q, steps=len(x),
+    headline, family = bounds[threat], None
+    if q < 1:  # the f-DP bound of the subsampled Gaussian's own family; headline when the sampler is Poisson
+        from .subsampled_fdp import SUBSAMPLED_GAUSSIAN, family_bound
+
+        bounds["all-iterates"]["subsampled_gaussian"] = fam = family_bound(scores["all-iterates"], included, noise,
+                                                                           q, len(x), delta)
+        if threat == "all-iterates" and sampling["poisson"] is not False:
+            headline, family = {**headline, "epsilon_gdp": fam["epsilon"]}, SUBSAMPLED_GAUSSIAN
+    v = sgd_verdict(scores=scores["all-iterates"], mean_shift=mean_shift, included=included, family=family,
+                    test_set=np.ones(m, bool), bound=headline, check=check, noise=noise, q=q, steps=len(x),
                     claimed=claimed, claim_name=f"{acc_name}, σ = {noise:.4g}, q = {q:.3g}, {steps} steps",
                     estimate_epsilon=estimates[threat]["epsilon"], delta=delta,
                     budget=f"{m} canary examples, {len(x)} steps")

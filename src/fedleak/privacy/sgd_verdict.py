@@ -41,10 +41,13 @@ def llr_sampler(noise: float, q: float, steps: int, factor: float, seen: bool = 
 
 def sgd_verdict(*, scores: np.ndarray, mean_shift: np.ndarray, included: np.ndarray, test_set: np.ndarray,
                 bound: dict, check: dict, noise: float, q: float, steps: int, claimed: float, claim_name: str,
-                estimate_epsilon: float, delta: float, budget: str, alpha: float = 0.01) -> dict:
+                estimate_epsilon: float, delta: float, budget: str, alpha: float = 0.01,
+                family: str | None = None) -> dict:
     """The verdict from the all-iterates ``scores`` (claim test on ``test_set``, the pre-registered canaries),
-    the ``mean_shift`` z-test against the claim's q√T/σ, and the headline threat's ``bound``."""
-    gaussian = GAUSSIAN_SGD if q == 1 else None
+    the ``mean_shift`` z-test against the claim's q√T/σ, and the headline threat's ``bound``. ``family``: for
+    q < 1, the assumption under which ``bound["epsilon_gdp"]`` is an f-DP bound of the mechanism's own family
+    (:mod:`.subsampled_fdp`); without it only the assumption-free bound proves."""
+    gaussian = GAUSSIAN_SGD if q == 1 else family
     n_in, n_out = int((included & test_set).sum()), int((~included & test_set).sum())
     if q == 1:
         mu = math.sqrt(steps) / noise
