@@ -146,7 +146,8 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
                 canary = c.report()
         first = audits[0]
         iterations, factor = _budget(audits)
-        return {"records": records, "canary": canary, "canary_nodes": found, "notes": watch.notes, "strategies": watch.strategies,
+        return {"records": records, "canary": canary, "canary_nodes": found, "notes": watch.notes,
+                "strategies": watch.strategies,
                 "spec": first.spec or spec, "model": first.model, "model_name": str(reference or
                                                                                   type(first.model).__name__),
                 "supernodes": nodes, "canaries": count, "shipped": any(a.ship is not None for a in audits),
@@ -195,7 +196,8 @@ def audit_flower_app(path, *, out="fedleak-report", run_config: Optional[str] = 
                                    "or [tool.fedleak] malicious-run-config) to audit that threat")
         if malicious_run_config:
             both = " ".join(x for x in (run_config, str(malicious_run_config)) if x)
-            malicious = _one_run(path, both, flower_out=out / "flower-malicious", **{**common, "canaries": 0, "canary_nodes": 0})
+            malicious = _one_run(path, both, flower_out=out / "flower-malicious",
+                                 **{**common, "canaries": 0, "canary_nodes": 0})
             if not malicious["shipped"]:
                 raise FedleakError(f"--malicious-run-config {malicious_run_config!r}: the app's ServerApp shipped no "
                                    "malicious model under it (its LeakageAudit has no ship=)")

@@ -77,8 +77,8 @@ def plan(nodes: int, count: int, seed: int = 0) -> Canaries:
     total = nodes + int(canaries.included.sum())
     if missing:
         raise FedleakError(f"canary nodes {count}: node(s) {', '.join(map(str, missing))} of {nodes} would have no "
-                           f"included canary of raw norm > C ({int(testable.sum())} of the {count} drawn, each included with "
-                           "probability ½): give more canary nodes")
+                           f"included canary of raw norm > C ({int(testable.sum())} of the {count} drawn, each "
+                           "included with probability ½): give more canary nodes")
     if total > 64:
         raise FedleakError(f"canary nodes {count}: {nodes} nodes + {total - nodes} included canary nodes = {total} "
                            "simulated nodes, more than 64 on this machine: give fewer canary nodes")
@@ -160,7 +160,8 @@ class _Bypass(Strategy):
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
         if self.above:
-            self.stash[:] = [r for r in replies if CANARY_NODE <= r.metadata.src_node_id < CANARY_NODE + MAX_CANARY_NODES]
+            self.stash[:] = [r for r in replies
+                             if CANARY_NODE <= r.metadata.src_node_id < CANARY_NODE + MAX_CANARY_NODES]
             replies = [r for r in replies if all(r is not s for s in self.stash)]
         else:
             replies, self.stash[:] = replies + self.stash, []

@@ -157,8 +157,9 @@ def node_verdict(found: dict) -> dict:
         if r["flagged"]:
             by_reason.setdefault("; ".join(r["reasons"]), []).append(str(r["node"]))
     found_text = "; ".join(f"the canary replies of node(s) {', '.join(n)}: {why}" for why, n in by_reason.items())
-    replies = (f"{found_text} — their ClientApps do not clip: mod missing on node(s) {', '.join(map(str, flagged))}"
-               if flagged else "no node's canary replies come back unclipped")
+    replies = (f"{found_text} — no clipping in force in the ClientApps of node(s) {', '.join(map(str, flagged))} "
+               "(their clipping mod missing, or not clipping)" if flagged else
+               "no node's canary replies come back unclipped")
     replies += (f"; node(s) {', '.join(clipped)} clip theirs" if clipped else "") + \
         (f"; node(s) {', '.join(map(str, untested))} had no canary reply (not tested)" if untested else "")
     check = found.get("aggregate_test") or {}
