@@ -174,6 +174,21 @@ class Modality:
         """The scores a Flower reply's client-shared batch gives (evaluation mode)."""
         raise NotImplementedError
 
+    def app_threat_model(self, summaries: dict, records: list, knowledge: dict) -> Optional[dict]:
+        """``fedleak audit --flower-app``: a threat model's verdict over its attacked replies by this modality's rule
+        (``None``: the app report's own, :func:`fedleak.integrations.flower.app_report.threat_model`: the image
+        rule where clients shared their batch, else what the attacker itself shows)."""
+        return None
+
+    def app_examples(self, records: list, spec) -> Optional[dict]:
+        """``fedleak audit --flower-app``: what the report shows of the latest round's replies, as this modality's
+        :meth:`results_body` takes it (``None``: originals beside reconstructions, scored by
+        :func:`fedleak.metrics.evaluate`, as for images and text)."""
+        return None
+
+    #: ``fedleak audit --flower-app``: the verdict rule its report states (``None``: the image rule)
+    app_rule: Optional[str] = None
+
     def recovered_text(self, records: list) -> str:
         """The Flower dashboard's recovered items as text ('' when the modality shows none)."""
         return ""

@@ -60,11 +60,16 @@ def attack_summaries(records: list, iterations: Optional[int] = None, factor: Op
     return summaries
 
 
-def threat_model(summaries: dict, records: list, knowledge: dict) -> dict:
-    """One threat model's verdict from its attacks' summaries (the audit's judge where the batch was shared)."""
+def threat_model(summaries: dict, records: list, knowledge: dict, modality=None) -> dict:
+    """One threat model's verdict from its attacks' summaries: the data's modality's rule where it has one for app
+    replies (:meth:`fedleak.modality.Modality.app_threat_model`: records), else the audit's judge where the batch was
+    shared, else what the attacker itself shows."""
     if not summaries:
         return {"verdict": "not run", "rec_percent": None, "psnr": None, "strongest": None, "evidence": None,
                 "assumptions": knowledge}
+    own = modality.app_threat_model(summaries, records, knowledge) if modality is not None else None
+    if own is not None:
+        return own
     scored = {n: s for n, s in summaries.items() if s.get("rec_percent") is not None}
     levels = [lv for s in summaries.values() for lv in s["levels"] if lv]
     attacker = worst(levels) if levels else "inconclusive"
@@ -187,12 +192,17 @@ def node_verdict(found: dict) -> dict:
 
 
 def examples(records: list, spec) -> dict:
-    """``{(label, attack): Example}``: the last round's shared batches beside their matched reconstructions."""
+    """``{(label, attack): Example}``: the last round's shared batches beside their matched reconstructions (the
+    data's modality's own, :meth:`fedleak.modality.Modality.app_examples`, where it has one: records)."""
     from ...audit.execute.steps import example
     from ...metrics import evaluate
+    from ...modality import named
     from ...types import Reconstruction
     from .client import load_truth
 
+    own = named(spec).app_examples(records, spec)
+    if own is not None:
+        return own
     shown = [r for r in records if r.get("status") == "attacked" and r.get("truth_file") and r.get("reconstruction")]
     if not shown:
         return {}
@@ -206,18 +216,18 @@ def examples(records: list, spec) -> dict:
 
 
 def point(records: list, canary: Optional[dict], malicious: Optional[list], notes: list, settings: dict,
-          iterations: Optional[int], factor: Optional[float] = None) -> dict:
+          iterations: Optional[int], factor: Optional[float] = None, modality=None) -> dict:
     """The audit's point for the run: scenarios, threat models, verdicts."""
     honest_records = records
     summaries = attack_summaries(honest_records, iterations, factor)
     knowledge = {"threat_model_sok": "C", "threat_model_sok_name": "Parameter-Aware Eavesdropper",
                  "batchnorm": None, "labels": "inferred by the attack (never the client's)"}
-    tms = {HONEST: threat_model(summaries, honest_records, knowledge)}
+    tms = {HONEST: threat_model(summaries, honest_records, knowledge, modality)}
     mal = {}
     if malicious:
         mal = attack_summaries(malicious, iterations, factor)
         tms[MALICIOUS] = threat_model(mal, malicious, {**knowledge, "threat_model_sok": "F",
-                                                       "threat_model_sok_name": "Active Manipulator"})
+                                                       "threat_model_sok_name": "Active Manipulator"}, modality)
     else:
         tms[MALICIOUS] = {"verdict": "not run", "rec_percent": None, "psnr": None, "strongest": None,
                           "evidence": None, "not_run_reason": settings.get("malicious_reason", "not asked for")}
@@ -236,15 +246,17 @@ def build(path, honest: dict, malicious: Optional[dict], seconds: float, malicio
     from ...audit.judge.overall import overall
     from ...audit.judge.verdict import RULE
     from ...audit.run import FORMAT, config_hash, environment
+    from ...modality import named
 
     records = honest["records"]
+    modality = named(honest["spec"])
     mechanisms = [m for r in records if isinstance(r.get("dp"), dict) for m in r["dp"].get("mechanisms", [])]
     unique = list({str(sorted(m.items())): m for m in mechanisms if isinstance(m, dict)}.values())
     rounds = max((int(r["round"]) for r in records if "round" in r), default=0)
     settings = {"strategy": "; ".join(dict.fromkeys(honest["strategies"])), "rounds": rounds,
                 "supernodes": honest["supernodes"], "malicious_reason": malicious_reason}
     pt = point(records, honest["canary"], malicious["records"] if malicious else None, honest["notes"], settings,
-               honest["iterations"], honest.get("budget_factor"))
+               honest["iterations"], honest.get("budget_factor"), modality)
     defense = [", ".join(f"{k}={v}" for k, v in m.items() if k in ("mechanism", "where", "position", "noise_multiplier",
                                                                   "clipping_norm", "clipping"))
                for m in unique] or []
@@ -257,7 +269,8 @@ def build(path, honest: dict, malicious: Optional[dict], seconds: float, malicio
     for r in records + (malicious["records"] if malicious else []):
         statuses[r.get("status", "?")] = statuses.get(r.get("status", "?"), 0) + 1
     result = {"format": FORMAT, "data": spec.name, "model": honest["model_name"], "seed": None, "quick": False,
-              "parameters": sum(p.numel() for p in model.parameters()), "config": config, "rule": RULE,
+              "parameters": sum(p.numel() for p in model.parameters()), "config": config,
+              "rule": modality.app_rule or RULE,
               "modality": getattr(spec, "modality", "image"), "sweep": None, "points": [pt], "headline": 0,
               "verdicts": pt["verdicts"], "threat_models": pt["threat_models"], "scenarios": pt["scenarios"],
               "epsilon": {}, "environment": environment("cpu"),

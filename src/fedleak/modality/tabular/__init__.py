@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ...errors import FedleakError
 from ..base import Modality
-from . import execute, flower, judge, report
+from . import app, execute, flower, judge, report
 
 SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
 
@@ -51,6 +51,28 @@ class TabularModality(Modality):
 
     def dashboard_sections(self, records: list, spec) -> list:
         return flower.dashboard_sections(records, spec)
+
+    # -- fedleak audit --flower-app on a federation of records (:mod:`.app`) -------------------------
+    app_rule = judge.RULE
+    css = app.CSS
+    how_to_read = app.HOW_TO_READ
+
+    def app_threat_model(self, summaries: dict, records: list, knowledge: dict):
+        return app.threat_model(summaries, records, knowledge)
+
+    def app_examples(self, records: list, spec) -> dict:
+        return app.examples(records, spec)
+
+    def results_body(self, point: dict, examples: dict) -> list:
+        return app.results_body(point, examples)
+
+    def verdict_sentence(self, title: str, tm: dict, prefix: bool = True, quick: bool = False) -> str:
+        """A threat model's verdict as :func:`.app.threat_model` states it."""
+        from ...audit.report.page import verdict_label
+
+        if tm["verdict"] == "not run":
+            return f"{title}: not evaluated ({tm.get('not_run_reason') or 'no attack of this threat model ran'})."
+        return (f"{title}: {verdict_label(tm['verdict'], quick)}. " if prefix else "") + tm["sentence"]
 
     def truth_shape_ok(self, inputs, spec) -> bool:
         return tuple(inputs.reshape(len(inputs), -1).shape[1:]) == (spec.schema.width,)

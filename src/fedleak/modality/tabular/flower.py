@@ -6,7 +6,7 @@
   Phong et al. for a single record, wherever the reply is one gradient step through a first linear layer with a
   bias (the tabular MLP's): their records are *proved* by recomputing the update; else TabLeak (Vero et al. 2023);
 * :func:`truth_scores` — against a batch the client shared (evaluation mode): per-cell accuracy, whole-record
-  exact-match rate (``rec_percent`` = that rate in %) and the prior (marginal) baseline beside them
+  exact-match rate (``rec_percent`` = that rate in %) and the prior (marginal) and random baselines beside them
   (:mod:`fedleak.metrics.tabular`);
 * :func:`dashboard_sections` — the latest round's recovered records decoded into the user's column values, each
   under its original where the client shared its batch.
@@ -40,6 +40,7 @@ def truth_scores(rec, truth, spec) -> dict:
     out = {k: scores[k] for k in KEEP if scores.get(k) is not None}
     out["rec_percent"] = 100.0 * scores["exact_match_rate"]
     out["prior_accuracy"] = scores["prior"].get("accuracy")
+    out["random_accuracy"] = scores["random"].get("accuracy")
     return out
 
 

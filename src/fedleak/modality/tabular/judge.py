@@ -32,6 +32,17 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def level(recognizable_percent: float, accuracy=None, prior_accuracy=None) -> str:
+    """The rule's level for a share of records recovered whole (and, where measured, the cell accuracy beside the
+    prior baseline's)."""
+    if recognizable_percent >= HIGH_PERCENT:
+        return "high"
+    if recognizable_percent > 0 or (accuracy is not None and prior_accuracy is not None
+                                    and accuracy - prior_accuracy >= PARTIAL_POINTS / 100):
+        return "medium"
+    return "inconclusive"
+
+
 def judge(clients: list[dict]) -> dict:
     """The verdict over the audited clients' results (each ``{"attacks": {name: scores}}``)."""
     names = list(clients[0]["attacks"]) if clients else []
@@ -54,12 +65,7 @@ def judge(clients: list[dict]) -> dict:
     strongest = max(per_attack, key=lambda k: (per_attack[k]["recognizable_percent"], per_attack[k]["proved"],
                                                per_attack[k]["accuracy"]))
     best = per_attack[strongest]
-    if best["recognizable_percent"] >= HIGH_PERCENT:
-        verdict = "high"
-    elif best["recognizable_percent"] > 0 or best["accuracy"] - best["prior_accuracy"] >= PARTIAL_POINTS / 100:
-        verdict = "medium"
-    else:
-        verdict = "inconclusive"
+    verdict = level(best["recognizable_percent"], best["accuracy"], best["prior_accuracy"])
     evidence = best["evidence"] if verdict != "inconclusive" else "not-found"
     return {"verdict": verdict, "evidence": evidence, "strongest": strongest, "leakage": best["recognizable_percent"],
             "accuracy": best["accuracy"], "attacks": per_attack}
