@@ -79,8 +79,7 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
     seconds, parameters, kept, silent, layers}`` for the candidate sequences ``ids`` (M, L): one gradient per
     candidate serves all. ``layers``: the LoRA adapters of the last k blocks only (None: every trainable parameter).
     ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0)."""
-    from .common import labels_for
-    from .lora_grads import is_lora, last_layers, lora_gradients
+    from .lora_grads import is_lora, last_layers
 
     if ids.dim() != 2 or ids.shape[0] < 2:
         raise FedleakError(f"adam-fit needs at least 2 candidate sequences (M, L), got {tuple(ids.shape)}")
@@ -96,14 +95,8 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
     delta = _flat(update.pseudo_gradient(), names)
     if keep is not None:
         delta = delta[keep]
-    if lora:
-        params = {k: v.detach() for k, v in update.server_params.items()}
-        buffers = {k: v.detach() for k, v in (getattr(update, "buffers", None) or {}).items()}
-        grads = lora_gradients(model, params, buffers, ids.long(), labels_for(model, ids.long(), labels), names,
-                               transform=transform, progress=progress)
-    else:
-        grads = candidate_gradients(model, update, ids.long(), labels, names=names, transform=transform,
-                                    progress=progress)
+    grads = candidate_gradients(model, update, ids.long(), labels, names=names, transform=transform,
+                                progress=progress)
     batch = update.protocol.batch_size_for(update.num_samples)
     optimizer = update.protocol.optimizer
     scores = fit_scores(grads, delta, optimizer, batch)

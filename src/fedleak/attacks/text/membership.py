@@ -18,8 +18,10 @@ carry it. On SmolLM2 at FlowerTune's CPU shape (16 × 64 tokens, 10 local steps,
 the cosine was near chance where the fit separated members (``benchmarks/results/llm_flowertune.json``
 records both). The centred cosine (minus the candidates' mean gradient) and the raw cosine are kept beside it.
 
-A candidate's gradient is computed by the client's own functions (its per-example gradients,
-:func:`fedleak.fl.client.per_example_gradients`, for the language-model wrappers; else
+A candidate's gradient is, for LoRA adapters, their closed form from one batched backward
+(:mod:`.lora_grads`: the same values as per-example autograd); otherwise it is computed by the client's own
+functions (its per-example gradients, :func:`fedleak.fl.client.per_example_gradients`, for the language-model
+wrappers; else
 :func:`fedleak.fl.client.local_training`, one step on that document alone), in eval mode: the server
 does not know the client's dropout masks, so it uses the expected network. Only the trainable
 parameters count (the LoRA adapters under LoRA, as the update carries). When the stored candidate
@@ -75,17 +77,21 @@ def _flat(params: dict, names: list) -> torch.Tensor:
 def candidate_gradients(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None,
                         *, names: Optional[list] = None, transform: Optional[Callable] = None,
                         progress: Optional[Callable[[int, int], None]] = None) -> torch.Tensor:
-    """(M, P) flattened gradients of each candidate sequence alone at θˢ (eval mode, the model's loss): by the
-    client's per-example gradients (:func:`fedleak.fl.client.per_example_gradients`, :data:`CHUNK` candidates
+    """(M, P) flattened gradients of each candidate sequence alone at θˢ (eval mode, the model's loss): LoRA adapters
+    in closed form (:func:`.lora_grads.lora_gradients`), else by the client's per-example gradients (:func:`fedleak.fl.client.per_example_gradients`, :data:`CHUNK` candidates
     a pass) for the language-model wrappers, else one client step per candidate (the same values)."""
     from ...fl.client import local_training, per_example_gradients
     from .common import labels_for
+    from .lora_grads import is_lora, lora_gradients
 
     names = names if names is not None else list(update.server_params)
     params = {k: v.detach() for k, v in update.server_params.items()}
     labels = labels_for(model, ids, labels)
     loss_fn = getattr(model, "loss_fn", None)
     rows = []
+    if callable(loss_fn) and is_lora(names):  # closed form from one batched backward (the same values)
+        buffers = {k: v.detach() for k, v in (getattr(update, "buffers", None) or {}).items()}
+        return lora_gradients(model, params, buffers, ids, labels, names, transform=transform, progress=progress)
     if callable(loss_fn):
         buffers = {k: v.detach() for k, v in (getattr(update, "buffers", None) or {}).items()}
         previous = model.training
