@@ -27,9 +27,10 @@ import numpy as np
 
 from .one_run import Guesses, tradeoff_rejects
 
-SUBSAMPLED_GAUSSIAN = ("Poisson-subsampled Gaussian noise on clipped per-example gradients: T steps compose to the "
-                       "q-subsampled Gaussian's curve, computed by Opacus's PRV accountant with its error bounds "
-                       "(Gopi et al. 2021); the batch sizes were tested Poisson")
+SUBSAMPLED_GAUSSIAN = ("on the subsampled Gaussian's own curve, not μ-GDP: Poisson-subsampled Gaussian noise on "
+                       "clipped per-example gradients composes over T steps to the q-subsampled Gaussian's trade-off "
+                       "curve, computed by Opacus's PRV accountant with its error bounds (Gopi et al. 2021); the "
+                       "batch sizes were tested Poisson")
 #: the PRV's discretization errors: δ(ε) ≤ δ_est(ε − EPS_ERROR) + DELTA_ERROR
 EPS_ERROR, DELTA_ERROR = 0.01, 1e-9
 
