@@ -110,3 +110,52 @@ def test_a_tabular_app_without_shared_batches_is_still_proved(tmp_path, monkeypa
     assert honest["attacks"]["spear"]["accuracy"] is None  # nothing to score against: the proof is the evidence
     page = (out / "report.html").read_text()
     assert page.count("<td>recovered</td>") == 4 and "<tr class=orig>" not in page
+
+
+# -- bad input on the app's records: one line naming the file (row, column), exit 2, nothing written ----------------
+
+def _app_with(tmp_path, settings: str, csv: str = None) -> Path:
+    app = tmp_path / "app"
+    shutil.copytree(EXAMPLE, app, ignore=shutil.ignore_patterns("__pycache__"))
+    pyproject = app / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('data = "adult"', settings))
+    if csv is not None:
+        (app / "records.csv").write_text(csv)
+    return app
+
+
+@pytest.mark.parametrize("settings, csv, said", [
+    ('data = "records.csv"', None, "[tool.fedleak] data = 'records.csv': no file"),
+    ('data = "adult"\nlabel = "income"', None, "label = 'income' applies to a CSV or Parquet file of records"),
+    ('data = "records.csv"\nlabel = "salary"', "age,sex,income\n30,M,yes\n41,F,no\n", "records.csv: no label column "
+                                                                                     "'salary'"),
+    ('data = "records.csv"\nlabel = 3', "age,sex,income\n30,M,yes\n41,F,no\n", "label must be a column name"),
+])
+def test_the_apps_records_file_is_checked_before_any_run(tmp_path, capsys, monkeypatch, settings, csv, said):
+    from fedleak.integrations.flower import app_audit
+
+    def never(*_):
+        raise AssertionError("the app ran")
+
+    monkeypatch.setattr(app_audit, "simulate", never)
+    out = tmp_path / "report"
+    assert main(["audit", "--flower-app", str(_app_with(tmp_path, settings, csv)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert not (out / "metrics.json").exists() and not (out / "report.html").exists()
+
+
+def test_a_records_file_of_the_app_gives_its_schema(tmp_path):
+    """``data = "records.csv"`` relative to the app folder, ``label`` its label column: the schema the app's own
+    ClientApp gets from ``fedleak.data.tabular.load`` (age and hours continuous, sex one-hot: 4 columns)."""
+    from fedleak.data.tabular import load
+    from fedleak.modality import TABULAR, of
+
+    rows = "".join(f"{20 + i},{'MF'[i % 2]},{20 + (7 * i) % 41},{'yes' if i % 3 else 'no'}\n" for i in range(40))
+    (tmp_path / "records.csv").write_text("age,sex,hours,income\n" + rows)
+    spec = of("records.csv").app_spec("records.csv", tmp_path, {"label": "income"})
+    assert of("records.csv") is TABULAR and spec.schema.width == 4 and spec.num_classes == 2
+    assert [(c.name, c.kind) for c in spec.schema.columns] == [("age", "continuous"), ("sex", "categorical"),
+                                                               ("hours", "continuous")]
+    assert spec.schema == load(str(tmp_path / "records.csv"), num_clients=1, samples_per_client=1,
+                               label="income")[0].schema

@@ -174,6 +174,13 @@ class Modality:
         """The scores a Flower reply's client-shared batch gives (evaluation mode)."""
         raise NotImplementedError
 
+    def app_spec(self, data: str, folder, settings: dict):
+        """``fedleak audit --flower-app``: the :class:`~fedleak.types.DataSpec` the app's ``[tool.fedleak] data``
+        (or ``--data``) names (``folder``: the app's; ``settings``: its ``[tool.fedleak]``)."""
+        from ..data import spec_for
+
+        return spec_for(data)
+
     def app_threat_model(self, summaries: dict, records: list, knowledge: dict) -> Optional[dict]:
         """``fedleak audit --flower-app``: a threat model's verdict over its attacked replies by this modality's rule
         (``None``: the app report's own, :func:`fedleak.integrations.flower.app_report.threat_model`: the image

@@ -83,7 +83,7 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
     """Load the app afresh, run it audited, return what the run recorded."""
     import time
 
-    from ... import data as datasets
+    from ...modality import of as modality_of
     from ...audit.plan.model_loading import prepare_model
     from .audit import LeakageAudit
 
@@ -93,7 +93,8 @@ def _one_run(path, run_config, *, supernodes, canaries, model, data, share_truth
         asked = canary_nodes_of(app, canary_nodes)
         planted = app_canary_nodes.plan(nodes, asked) if asked != 0 else None
         share = bool(app.settings.get("share-truth", False)) if share_truth is None else bool(share_truth)
-        spec = datasets.spec_for(str(data or app.settings.get("data", "digits")))
+        name = str(data or app.settings.get("data", "digits"))
+        spec = modality_of(name).app_spec(name, app.path, app.settings)  # a dataset name, or records of a file
         reference = model or app.settings.get("model")
         net = prepare_model(str(reference), spec) if reference else None  # the app folder is on sys.path (load_app)
         iterations = app.settings.get("iterations")

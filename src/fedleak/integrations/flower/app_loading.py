@@ -12,7 +12,8 @@ What Flower does *not* read, fedleak reads from the app's own ``[tool.fedleak]``
 
 * ``model`` — ``MODULE:FACTORY`` (relative to the app folder) building the ``nn.Module`` the federation trains,
   needed to turn a reply into an update; ``data`` — a fedleak dataset name whose :class:`~fedleak.DataSpec`
-  (shape, classes, normalization) the attacks use (default ``digits``);
+  (shape, classes, normalization) the attacks use (default ``digits``), or a CSV/Parquet file of records (relative
+  to the app folder) whose schema the data's modality infers, with ``label`` its label column;
 * ``supernodes`` — simulated nodes (default: the run config's ``num-clients``, else Flower's 2);
 * ``canaries`` — canary clients of the DP check (:class:`.canary.CanaryAudit`, default 0: off) — the run
   config key ``fedleak-canaries`` overrides it, so an app's run config can switch them on;
@@ -36,7 +37,7 @@ from ...errors import FedleakError
 
 #: the keys of ``[tool.fedleak]`` (anything else is refused, naming the key)
 SETTINGS = ("model", "data", "supernodes", "canaries", "lr", "local-epochs", "batch-size", "algorithm", "attack",
-            "iterations", "share-truth", "malicious-run-config", "canary-nodes")
+            "iterations", "share-truth", "malicious-run-config", "canary-nodes", "label")
 
 
 @dataclass

@@ -57,6 +57,9 @@ class TabularModality(Modality):
     css = app.CSS
     how_to_read = app.HOW_TO_READ
 
+    def app_spec(self, data: str, folder, settings: dict):
+        return app.spec(data, folder, settings)
+
     def app_threat_model(self, summaries: dict, records: list, knowledge: dict):
         return app.threat_model(summaries, records, knowledge)
 

@@ -37,6 +37,32 @@ HOW_TO_READ = (
 CSS = ".ok{background:#d1fadf}.bad{background:#fee4e2}.orig{background:#f2f4f7}"
 
 
+def spec(data: str, folder, settings: dict):
+    """The records' :class:`~fedleak.types.DataSpec` for ``[tool.fedleak] data``: ``adult``/``german``, or a
+    CSV/Parquet file (relative to the app folder ``folder``) whose schema is inferred as ``fedleak.data.tabular.load``
+    infers it for the app's own ClientApp, ``label`` naming its label column. A file that is missing or unreadable,
+    a label it lacks, a value it cannot read: one line naming the file (and row and column), via FedleakError."""
+    from pathlib import Path
+
+    from ...data.tabular import load
+    from ...errors import FedleakError
+
+    where = f"{Path(folder) / 'pyproject.toml'}: [tool.fedleak]"
+    label = settings.get("label")
+    if label is not None and not isinstance(label, str):
+        raise FedleakError(f"{where} label must be a column name (a string), got {label!r}")
+    path = Path(data).expanduser()
+    if not path.suffix:  # a named table: its label is fixed
+        if label is not None:
+            raise FedleakError(f"{where} label = {label!r} applies to a CSV or Parquet file of records, not to "
+                               f"{data!r} (its label column is fixed)")
+        return load(data.strip().lower(), num_clients=1, samples_per_client=1, seed=0)[0]
+    path = path if path.is_absolute() else Path(folder) / path
+    if not path.is_file():
+        raise FedleakError(f"{where} data = {data!r}: no file {path}")
+    return load(str(path), num_clients=1, samples_per_client=1, seed=0, label=label)[0]
+
+
 def proved(record: dict) -> bool:
     """Whether the attacker proved this reply's records (the exactness condition held and the recomputed update
     matched: :func:`fedleak.integrations.flower.scoring.leakage_level`'s ``proved`` case)."""
