@@ -71,6 +71,53 @@ def test_fixedclipping_mod_missing_on_two_nodes_is_found():
     assert by_node[3] == pytest.approx(10.0, rel=1e-4) and by_node[0] == pytest.approx(1.0, abs=1e-4)
     assert r["mods"][3] == [] and r["mods"][0] == ["fixedclipping_mod"]
     assert r["cost"]["canary_replies"] == r["canaries_inserted"] * ROUNDS
+    noise = r["noise_test"]  # the wrapper's noise is in force (a missing client mod does not change it)
+    assert not noise["flagged"] and noise["noise_ratio"] == pytest.approx(1.0, abs=0.1) and noise["dof"] > 400
+
+
+def test_noise_halved_in_flowers_wrapper_is_found_from_the_aggregates():
+    """Flower's own ``add_gaussian_noise_inplace`` patched to draw 0.5× the σ it is given (flower_faults.planted):
+    the released aggregates projected on ~110 unseen canaries' directions × 5 rounds read 0.51× the claimed noise
+    (χ² p 5e-59); at 0.9× (above the test's margin) nothing is flagged. ~2 CPU-s each."""
+    from fedleak.privacy.flower_faults import planted
+
+    def run():
+        return run_canary_nodes(lambda k: _user_app([fixedclipping_mod]), lambda n: DifferentialPrivacyClientSideFixedClipping(
+            FedAvg(fraction_evaluate=0.0), noise_multiplier=NOISE, clipping_norm=1.0, num_sampled_clients=n),
+            _initial(), nodes=NODES, rounds=ROUNDS, canaries=M, seed=0)["noise_test"]
+
+    with planted(0.5):
+        half = run()
+    assert half["flagged"] and half["p_value"] < 1e-40 and half["noise_ratio"] == pytest.approx(0.5, abs=0.05)
+    with planted(0.9):
+        slightly = run()
+    assert not slightly["flagged"] and slightly["noise_ratio"] == pytest.approx(0.9, abs=0.05)
+
+
+def test_noise_probe_is_chi_square_under_the_claim_and_only_grows_with_real_updates():
+    """NoiseProbe on synthetic aggregates (d = 3,000, 40 non-orthogonal directions, 5 rounds): noise at the claim
+    gives a uniform p (rejections at 1 % in 1 of 200 runs), any added update only raises the statistic, noise 0.5×
+    is found every time. Pure numpy, < 1 s."""
+    from fedleak.integrations.flower.canary_replies import NoiseProbe
+
+    rng = np.random.default_rng(0)
+    d, k = 3000, 40
+    u = rng.normal(size=(k, d)) + 0.3 * rng.normal(size=d)  # correlated directions: Gram-whitening is needed
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    rejected, half = 0, 0
+    probe, pushed, lowered = NoiseProbe(u), NoiseProbe(u), NoiseProbe(u)
+    for run in range(200):
+        probe.quadratic, pushed.quadratic, lowered.quadratic = [], [], []
+        for _ in range(5):
+            z = rng.normal(0.0, 0.01, d)
+            probe.add(z)
+            pushed.add(z + 0.01 * rng.normal(size=d) + 0.3 * u[0])
+            lowered.add(0.5 * z)
+        p, q = probe.test([0.01] * 5, margin=1.0), pushed.test([0.01] * 5, margin=1.0)
+        rejected += p["flagged"]
+        assert q["statistic"] > p["statistic"]
+        half += lowered.test([0.01] * 5)["flagged"]
+    assert rejected <= 5 and half == 200
 
 
 def test_correct_app_flags_no_node_and_adaptive_mod_runs():

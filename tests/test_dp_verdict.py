@@ -118,3 +118,30 @@ def test_exactly_one_dp_mechanisms_are_not_proved_above_one():
     assert over["rr"] <= 5 and over["laplace"] <= 5
     assert over["rr_gdp"] >= 10  # of 20: the Gaussian family overshoots on a non-Gaussian mechanism
     assert epsilon_of(mu_of(1.0, DELTA), DELTA) == pytest.approx(1.0, abs=1e-6)
+
+
+NOISE_TEST = "the noise-scale χ² test of the released aggregates"
+
+
+@pytest.mark.parametrize("tests_p", [0.5, 0.004, 1e-12])
+def test_a_rejecting_test_is_never_reported_consistent(tests_p):
+    """The verdict's other pre-registered tests (the noise-scale χ² test, the per-node tests, the bound's guesses):
+    over the grid, ``consistent at this budget`` never stands beside any p < α (claim test, z-test or one of
+    them), a bound above the claim is always ``violated (proved)`` with ``exceeds_claim``, and a rejecting test is
+    named in the verdict sentence."""
+    for eps_gdp, eps_approx, p, z_p, findings, gaussian in GRID[::3]:
+        z = {"difference": 1.0, "allowed": MU, "z": 0.0, "p_value": z_p}
+        tests = {NOISE_TEST: tests_p, "the per-node tests": 0.7}
+        v = dp_verdict(epsilon_claimed=CLAIM_EPS, claim_name="test accountant",
+                       bound={"epsilon_gdp": eps_gdp, "epsilon_approx_dp": eps_approx}, gaussian=gaussian,
+                       claim_test={"p_value": p, "hypothesis": "μ-GDP"}, claim_test_rigorous=gaussian is not None,
+                       estimate_epsilon=eps_gdp, z=z, estimated_findings=findings, alpha=0.01, budget="test",
+                       tests=tests)
+        if v["verdict"] == CONSISTENT:
+            assert min(p, z_p, *tests.values()) >= 0.01 and not findings
+        if v["epsilon_proved"] > CLAIM_EPS:
+            assert v["verdict"] == VIOLATED and v["exceeds_claim"]
+        assert v["exceeds_claim"] == (v["verdict"] == VIOLATED)
+        assert (NOISE_TEST + " rejects") in v["sentence"] or tests_p >= 0.01 or v["verdict"] == VIOLATED
+        if tests_p < 0.01:
+            assert v["verdict"] in (VIOLATED, NOT_IN_FORCE)

@@ -28,7 +28,7 @@ from .diagnose import diagnose
 from .estimate import estimate
 from .federation import DPSetting, Fault, run_federation
 from .gdp import composed_mu
-from .one_run import lower_bounds
+from .one_run import lower_bounds, p_text
 
 LEVELS = ("client", "example", "lora")
 MAX_CANARIES = 1_000_000
@@ -230,10 +230,18 @@ def _client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dic
     to clipped updates (fixed or adaptive clipping, central or LocalDpMod): Gaussian by construction. A user's own
     aggregator (``CanaryAudit``) is not, and takes the assumption-free bound (``gaussian=None``)."""
     from .diagnose import claim_guesses
-    from .one_run import gdp_p_value, guess, steinke_p_value
+    from .one_run import Guesses, gdp_p_value, guess, steinke_p_value
     from .verdict import dp_verdict, shift_power, z_test
 
     acc, check, threat, delta = result["epsilon_accountant"], result["misconfiguration"], result["threat"], result["delta"]
+    k, b = result["setting"]["clients"], result["lower_bounds"][threat]
+    node_p = min([1.0] + [k * min(n["p_value"] for n in check["clients"])] * bool(check["clients"])
+                 + [2 * k * min(n["p_value"] for n in check["reply_test"])] * bool(check["reply_test"]))
+    tests = {  # pre-registered beside the claim test; a rejection here is never reported consistent (verdict.py)
+        "the 95 % bound's guesses against the claimed μ": gdp_p_value(mu_claimed, Guesses(
+            b["canaries"], b["guesses"], b["correct"], b["guess_in"], b["guess_out"])),
+        "the per-node tests (aggregates ×K, replies ×2K, then ×2)": min(1.0, 2 * node_p),
+        "the noise-scale χ² test of the released aggregates": float(check["noise_test"].get("p_value", 1.0))}
     claimed = acc.get("opacus_prv") or acc["gdp_exact"]
     name = "Opacus PRV" if acc.get("opacus_prv") else "exact GDP"
     gaussian = GAUSSIAN_CLIENT
@@ -259,7 +267,7 @@ def _client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dic
                       estimated_findings=[f for f in check["findings"] if f.startswith("Estimated")],
                       alpha=check["alpha"], budget=f"{result['canaries']} canary clients, {result['rounds']} rounds",
                       fault_test=shift_power(int(included.sum()), int((~included).sum()), mu_claimed, p_of),
-                      arithmetic=arithmetic)
+                      arithmetic=arithmetic, tests=tests)
 
 
 def _run(a: dict, out_dir: Optional[Path]) -> dict:
@@ -301,6 +309,13 @@ def _run(a: dict, out_dir: Optional[Path]) -> dict:
         check["findings"].append("Estimated: the canary replies of nodes " + "; ".join(
             f"{', '.join(nodes)} ({reason})" for reason, nodes in by_reason.items())
             + " (per-node reply test, canary_nodes.reply_test; what the server sees of each reply).")
+    check["noise_test"] = noise = fed.noise_test  # the released aggregates' noise scale (canary_replies.NoiseProbe)
+    if noise.get("flagged"):
+        check["findings"].append(
+            f"Estimated: the released aggregates projected on {noise['probes']} directions no canary sent carry "
+            f"noise of about {noise['noise_ratio']:.2f}× the claimed (χ² test of ≥ {noise['margin']:g}× the claim "
+            f"over {noise['dof']} projections: p {p_text(noise['p_value'])}): less noise than claimed (noise "
+            "multiplier setting).")
     result = {
         "level": "client",
         "epsilon_accountant": accountant_epsilons(setting.noise, rounds, delta),

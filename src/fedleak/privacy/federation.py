@@ -18,8 +18,10 @@ ClientApps are built without the mod; ``no-clip`` — Flower's clipping function
 
 Statistics (Andrew et al. §3): all-iterates — Σₜ cos(u, Aₜ) over the rounds' aggregates Aₜ; final model —
 cos(u, θ_T − θ_0), both in units of their closed-form null standard deviation (for a unit vector u independent of
-x, ⟨u, x⟩ has variance ‖x‖²/d: Σₜ cos has sd ‖Σₜ Aₜ/‖Aₜ‖‖/√d, the final cosine 1/√d); and the per-node reply test
-(:func:`fedleak.integrations.flower.canary_nodes.reply_test`).
+x, ⟨u, x⟩ has variance ‖x‖²/d: Σₜ cos has sd ‖Σₜ Aₜ/‖Aₜ‖‖/√d, the final cosine 1/√d); the per-node reply test
+(:func:`fedleak.integrations.flower.canary_nodes.reply_test`); and the noise-scale test: the released Aₜ projected
+on the directions of canaries left out by their coin, a χ² lower tail against the claimed noise
+(:class:`fedleak.integrations.flower.canary_replies.NoiseProbe`; read from the aggregates, never from a fault).
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ class FederationResult:
     clip_norms: list = field(default_factory=list)  # C_t of every round (constant without adaptive clipping)
     adaptive: dict = field(default_factory=dict)  # σ_b and σ_Δ of adaptive clipping (Flower's split of σ)
     replies: list = field(default_factory=list)  # the per-node reply test (canary_nodes.reply_test)
+    noise_test: dict = field(default_factory=dict)  # the aggregates' noise scale (canary_replies.NoiseProbe)
 
 
 def adaptive_noise(noise: float, sampled: int) -> tuple[float, float]:
@@ -229,4 +232,5 @@ def run_federation(model, clients, protocol: Protocol, dp: DPSetting, canaries: 
     seconds = {"rounds": r["cost"]["seconds"], "scoring": round(time.perf_counter() - start_time - r["cost"]["seconds"], 3)}
     return FederationResult(included, {t: np.asarray(v) for t, v in r["scores"].items()},
                             canaries.raw_norm(np.arange(canaries.count)), canaries.node(np.arange(canaries.count)), d,
-                            seconds, float(r["model_change"]), r["clip_norms"], adaptive, replies=r["reply_test"])
+                            seconds, float(r["model_change"]), r["clip_norms"], adaptive, replies=r["reply_test"],
+                            noise_test=r["noise_test"])

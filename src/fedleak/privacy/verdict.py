@@ -11,8 +11,10 @@ Three outcomes, decided once, here:
   Laplace) makes the Gaussian figure overshoot (it rejects μ-GDP, not (ε, δ)-DP); the assumption-free one
   keeps its 5 % error rate.
 * ``not in force (estimated)`` — not proved, but a test resting on a fitted model says so: a one-sided z-test of
-  the canaries' fitted separation against what the claim allows (:func:`z_test`), or an estimated finding of
-  the level's checks (which clients, which setting).
+  the canaries' fitted separation against what the claim allows (:func:`z_test`), an estimated finding of
+  the level's checks (which clients, which setting), or another pre-registered test of the level at p < α
+  (``tests``: e.g. the noise-scale χ² test of the released aggregates, which proves less noise than claimed but
+  not, by itself, an ε above the claim).
 * ``consistent at this budget`` — neither; stated with the smallest fault this budget would have detected
   (:func:`smallest_noise_fault`: "noise ≤ 0.55× the claim would have been found at p < 0.01"). Never "safe".
 
@@ -99,38 +101,44 @@ def shift_power(n_in: int, n_out: int, shift: float, p_of: Callable[[np.ndarray,
 def dp_verdict(*, epsilon_claimed: float, claim_name: str, bound: dict, gaussian: Optional[str], claim_test: dict,
                claim_test_rigorous: bool, estimate_epsilon: float, z: Optional[dict], estimated_findings: list,
                alpha: float, budget: str, fault_test: Optional[Callable[[float], float]] = None,
-               arithmetic: tuple = ()) -> dict:
+               arithmetic: tuple = (), tests: Optional[dict] = None) -> dict:
     """Decide the one verdict (module docstring). ``bound``: the headline threat's lower bounds; ``claim_test``:
     ``{"p_value", "hypothesis"}``; ``claim_test_rigorous``: its level holds for the audited mechanism (an (ε, δ)
     test, or a μ-GDP test of a Gaussian-by-construction mechanism); ``z``: :func:`z_test` or None;
     ``estimated_findings``: the level's "Estimated: …" sentences that name a fault; ``budget``: what was run
     (e.g. "1000 canaries, 10 rounds"); ``fault_test``: ``test(f)`` for :func:`smallest_noise_fault`, run only when
     the verdict is consistent; ``arithmetic``:
-    reasons the claim is wrong by arithmetic on the configuration alone (proved without canaries)."""
+    reasons the claim is wrong by arithmetic on the configuration alone (proved without canaries); ``tests``: the
+    level's other pre-registered tests, ``{name: p}`` (each already corrected for its own multiplicity, e.g. the
+    noise-scale χ² test or the per-node tests): any p < α makes the verdict at least ``not in force (estimated)``,
+    so ``consistent at this budget`` never stands beside a test that rejects."""
     proved_eps, assumption = headline_bound(bound, gaussian)
     p = float(claim_test["p_value"])
     bound_above = math.isfinite(epsilon_claimed) and proved_eps > epsilon_claimed
     test_rejects = p < alpha
     z_rejects = z is not None and z["p_value"] < alpha
+    tests = {name: float(q) for name, q in (tests or {}).items()}
+    rejecting = [f"{name} rejects at p {p_text(q)} < {alpha:g}" for name, q in tests.items() if q < alpha]
     if bound_above or (test_rejects and claim_test_rigorous) or arithmetic:
         verdict = VIOLATED
         reasons = list(arithmetic) + ([f"the proved ε ≥ {_f(proved_eps)} exceeds the claimed ε = {_f(epsilon_claimed)}"] if bound_above
                    else []) + ([f"the claim test rejects {claim_test['hypothesis']} at p {p_text(p)} < {alpha:g}"]
                                if test_rejects and claim_test_rigorous else [])
-    elif test_rejects or z_rejects or estimated_findings:
+    elif test_rejects or z_rejects or estimated_findings or rejecting:
         verdict = NOT_IN_FORCE
         reasons = ([f"the claim test rejects {claim_test['hypothesis']} at p {p_text(p)} only under a Gaussian "
                     "privacy curve, which this mechanism is not by construction"] if test_rejects else []) \
             + ([f"the canaries separate by {z['difference']:.2f} null standard deviations where the claim allows "
                 f"{z['allowed']:.2f} (z-test p {p_text(z['p_value'])})"] if z_rejects else []) \
-            + (["the level's checks name a fault (below)"] if estimated_findings else [])
+            + rejecting + (["the level's checks name a fault (below)"] if estimated_findings else [])
     else:
         verdict = CONSISTENT
         reasons = [f"the proved ε ≥ {_f(proved_eps)} does not exceed the claimed ε = {_f(epsilon_claimed)}, the claim "
-                   f"test gives p = {p:.2g}" + (f", the z-test p = {z['p_value']:.2g}" if z is not None else "")]
+                   f"test gives p = {p:.2g}" + (f", the z-test p = {z['p_value']:.2g}" if z is not None else "")
+                   + "".join(f", {name} p = {q:.2g}" for name, q in tests.items())]
     out = {"verdict": verdict, "exceeds_claim": verdict == VIOLATED, "epsilon_claimed": epsilon_claimed,
            "claim": claim_name, "epsilon_proved": proved_eps, "assumption": assumption, "alpha": alpha,
-           "claim_test_p": p, "claim_test_rigorous": claim_test_rigorous, "z_test": z,
+           "claim_test_p": p, "claim_test_rigorous": claim_test_rigorous, "z_test": z, "tests": tests,
            "epsilon_estimate": estimate_epsilon, "reasons": reasons, "budget": budget,
            "smallest_noise_fault": (smallest_noise_fault(fault_test, alpha)
                                     if verdict == CONSISTENT and fault_test is not None else None)}

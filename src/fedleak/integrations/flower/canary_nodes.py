@@ -22,7 +22,9 @@ Two statistics, both from what the server receives:
   node, a one-sided z-test of its large canaries' mean projection against 1 with the claimed per-reply noise,
   Bonferroni over the nodes, names the nodes whose mod is missing (:func:`reply_test`);
 * **the released aggregates** (what anyone who sees the model sees): all-iterates and final-model scores, the
-  one-run bounds, the claim test and the per-node separation test of :func:`fedleak.privacy.diagnose.diagnose`.
+  one-run bounds, the claim test and the per-node separation test of :func:`fedleak.privacy.diagnose.diagnose`;
+  and the noise-scale test: the aggregates projected on the directions of canaries never sent carry the wrapper's
+  noise (plus the real updates' variance), a χ² lower tail against the claimed noise (:class:`.NoiseProbe`).
 
 What this can and cannot see in a real deployment: the server sees replies only; a mod's presence on a node is
 inferred from the replies of that node's canaries, which requires the node's operator to run the canary ClientApp
@@ -48,7 +50,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from ...errors import FedleakError
 from ...privacy.canaries import Canaries
-from .canary_replies import NOISE_MARGIN, reply_test  # noqa: F401  (re-exported)
+from .canary_replies import NOISE_MARGIN, NoiseProbe, reply_test  # noqa: F401  (re-exported)
 from .grid import InlineGrid
 
 #: canary j is node CANARY_NODE + j (real nodes are 1…K)
@@ -144,8 +146,9 @@ def canary_app(user_app: ClientApp, train: Callable) -> ClientApp:
 class _Recorder(Strategy):
     """The user's strategy, unchanged; records θ_t, C_t, the canary replies' projections and the aggregates."""
 
-    def __init__(self, strategy: Strategy, plan: _Plan, log=None, total_rounds: int = 0) -> None:
-        self.strategy, self.plan, self.log, self.total_rounds = strategy, plan, log, total_rounds
+    def __init__(self, strategy: Strategy, plan: _Plan, log=None, total_rounds: int = 0,
+                 probe: Optional[NoiseProbe] = None) -> None:
+        self.strategy, self.plan, self.log, self.total_rounds, self.probe = strategy, plan, log, total_rounds, probe
         self.theta0 = self.theta = None
         self.clip_t, self.clip_norms, self.unit_sum, self.last, self.rounds = None, [], None, None, 0
         self.projection_sum = np.zeros(plan.canaries.count)
@@ -187,6 +190,8 @@ class _Recorder(Strategy):
         if result and result[0] is not None:
             new, _ = _floats(result[0])
             step = new - self.theta
+            if self.probe is not None:  # the released aggregate on the unseen canaries' directions (noise test)
+                self.probe.add(step)
             norm = np.linalg.norm(step)
             self.unit_sum = (0 if self.unit_sum is None else self.unit_sum) + (step / norm if norm > 0 else step)
             self.last, self.rounds = new, self.rounds + 1
@@ -313,7 +318,10 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
         logger.setLevel(level)
     if not isinstance(strategy, Strategy):
         raise FedleakError(f"canary nodes: strategy_fn must return a Flower Strategy, got {type(strategy).__name__}")
-    recorder = _Recorder(strategy, plan, log, rounds)
+    probes = NoiseProbe.choose(np.flatnonzero(~included), dim)
+    probe = NoiseProbe(np.stack([plan.canaries.direction(int(j)).numpy() for j in probes]) if probes.size
+                       else np.zeros((0, dim), np.float32))
+    recorder = _Recorder(strategy, plan, log, rounds, probe)
     grid = _Grid(by_node, plan, node_configs=configs)
     state = np.random.get_state()  # Flower's mods and wrappers draw their noise from numpy's global generator
     np.random.seed(int(np.random.SeedSequence([int(seed), 42]).generate_state(1)[0]))
@@ -360,6 +368,7 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
             "lower_bounds": {t: lower_bounds(s, included, delta) for t, s in scores.items()},
             "estimates": {t: estimate(s, included, delta, null_sd=1.0) for t, s in scores.items()},
             "aggregate_test": check, "reply_test": replies,
+            "noise_test": probe.test([noise * c / total for c in recorder.clip_norms]),
             "nodes_flagged_by_replies": [r["node"] for r in replies if r["flagged"]],
             "nodes_flagged_by_aggregates": check["flagged_clients"],
             "cost": {"canary_replies": int(recorder.replies.sum()), "clientapp_calls_added": int(recorder.replies.sum()),

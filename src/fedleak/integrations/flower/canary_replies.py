@@ -64,3 +64,56 @@ def reply_test(projection: np.ndarray, replies: np.ndarray, included: np.ndarray
             ([f"reply noise {row['noise_ratio']:.2g}× the claimed"] if p_noise < alpha / (2 * nodes) else [])
         out.append(row)
     return out
+
+
+#: the noise-scale test's probe directions: at most this many unseen canaries, and at most PROBE_FLOATS floats held
+PROBES, PROBE_FLOATS = 128, 16_000_000
+
+
+class NoiseProbe:
+    """The noise-scale test from the released aggregates alone (issue 42): Gaussian noise N(0, s²I) on the aggregate
+    A_t = θ_{t+1} − θ_t, projected on k fixed directions U (k × d) that no node ever sent (canaries left out by their
+    coin), gives U·z_t ~ N(0, s²·UUᵀ); so q_t = (U A_t)ᵀ(UUᵀ)⁻¹(U A_t)/s_t² is χ²(k) whatever the directions'
+    angles (Gram-whitened, not assumed orthogonal). The real updates x_t (clipped replies, the inserted canaries)
+    are independent of z_t and of U (seeded, never sent): U A_t ~ N(U x_t, s²·UUᵀ), a non-central χ² that is
+    stochastically larger, and Σₜ q_t dominates χ²(T·k) (sequentially, given the past): a lower tail below the
+    claimed s is a valid one-sided test that needs no assumption about the clients.
+
+    ``directions``: the probes (rows), fixed before the run (the first unseen canaries)."""
+
+    def __init__(self, directions: np.ndarray) -> None:
+        self.u = np.asarray(directions, np.float32)
+        gram = (self.u.astype(np.float64) @ self.u.T.astype(np.float64)) if self.u.size else np.zeros((0, 0))
+        self.chol = np.linalg.cholesky(gram) if len(gram) else gram
+        self.quadratic: list = []  # q_t·s_t²: (U A_t)ᵀ(UUᵀ)⁻¹(U A_t), one per round
+
+    @staticmethod
+    def choose(unseen: np.ndarray, dim: int) -> np.ndarray:
+        """The probe canaries, pre-registered: the first unseen ones, up to :data:`PROBES`, ≤ d/2 and
+        :data:`PROBE_FLOATS`/d of them (memory)."""
+        k = max(0, min(PROBES, dim // 2, PROBE_FLOATS // max(dim, 1), unseen.size))
+        return np.sort(unseen)[:k]
+
+    def add(self, step: np.ndarray) -> None:
+        if not len(self.chol):
+            return
+        from scipy.linalg import solve_triangular
+
+        w = solve_triangular(self.chol, (self.u @ step.astype(np.float32)).astype(np.float64), lower=True)
+        self.quadratic.append(float(w @ w))
+
+    def test(self, claimed_sd: list, alpha: float = 0.01, margin: float = NOISE_MARGIN) -> dict:
+        """``claimed_sd``: the claimed per-coordinate noise sd s_t of each round's aggregate. H0 "the noise in force is
+        ≥ ``margin`` × the claim" (a material deficit, as :func:`reply_test`): p = P(χ²(T·k) ≤ Σₜ q_t / margin²)."""
+        from scipy.stats import chi2
+
+        k, rounds = len(self.chol), min(len(self.quadratic), len(claimed_sd))
+        dof = k * rounds
+        if dof == 0:
+            return {"probes": k, "rounds": rounds, "dof": 0, "p_value": 1.0, "flagged": False, "noise_ratio": None}
+        stat = sum(q / float(s) ** 2 for q, s in zip(self.quadratic, claimed_sd))
+        p = float(chi2.cdf(stat / margin ** 2, dof))
+        return {"probes": k, "rounds": rounds, "dof": dof, "statistic": stat, "noise_ratio": math.sqrt(stat / dof),
+                "margin": margin, "p_value": p, "flagged": p < alpha, "alpha": alpha,
+                "test": "χ² lower tail of the released aggregates projected on unseen canaries' directions "
+                        "(Gram-whitened) against the claimed noise sd × margin; real updates can only add variance"}
