@@ -102,6 +102,8 @@ def main() -> None:
     parser.add_argument("--members", type=int, help="members among each client's candidates (default: all its "
                         "sequences)")
     parser.add_argument("--layers", type=int, help="the fits on the LoRA adapters of the last k blocks only")
+    parser.add_argument("--sweep", default="", help="comma-separated j <= k: also the AdamW fit on the last j blocks "
+                        "(the same gradients; recorded as adam-fit-last-j)")
     parser.add_argument("--no-joint", action="store_true", help="ProjRes only (the joint and AdamW fits cost a gradient "
                         "each)")
     parser.add_argument("--no-projres", action="store_true", help="the fits only (ProjRes costs a forward pass each)")
@@ -169,7 +171,8 @@ def main() -> None:
             pooled[name][1].extend(members)
         if not args.no_joint:
             cpu = time.process_time()
-            got = adam_fit_scores(model, update, cands, None, seed=args.seed, layers=args.layers)
+            sweep = tuple(int(j) for j in args.sweep.split(",") if j.strip())
+            got = adam_fit_scores(model, update, cands, None, seed=args.seed, layers=args.layers, sweep=sweep)
             row["gradient_coordinates"] = {"fitted": got["parameters"], "kept": got["kept"], "silent": got["silent"],
                                            "layers": got["layers"] or "all", "tensors": got["tensors"]}
             for name, key in (("joint-fit", "joint"), ("adam-fit", "scores")):
@@ -177,6 +180,10 @@ def main() -> None:
                                                                           "shared_gradients": True}
                 pooled.setdefault(name, ([], []))[0].extend(got[key])
                 pooled[name][1].extend(members)
+            for j, scores in got["sweep_scores"].items():  # sub-fits of the same gradients: no cost of their own
+                row[f"adam-fit-last-{j}"] = summary(scores, members, 0.0) | {"cpu_seconds": None, "sweep": True}
+                pooled.setdefault(f"adam-fit-last-{j}", ([], []))[0].extend(scores)
+                pooled[f"adam-fit-last-{j}"][1].extend(members)
         if not args.no_joint:
             row["cost"] = {"scoring_cpu_seconds": row["adam-fit"]["cpu_seconds"],
                            "client_update_cpu_seconds": row["client_update_cpu_seconds"],

@@ -65,6 +65,9 @@ def test_adam_fit_on_the_last_block_only():
     assert got["layers"] == 1 and got["tensors"] == {"trainable": 8, "fitted": 4} and got["kept"] * 2 == total
     adam = membership_metrics(got["scores"], [True] * n + [False] * n)
     assert adam["auc"] == pytest.approx(0.945, abs=0.01) and adam["tpr_at_1pct_fpr"] >= 0.4
+    both = adam_fit_scores(model, update, c.inputs, sweep=(1,))  # every block, and the last one from the same gradients
+    assert membership_metrics(both["scores"], [True] * n + [False] * n)["auc"] == pytest.approx(0.953, abs=0.01)
+    assert torch.allclose(torch.tensor(both["sweep_scores"][1]), torch.tensor(got["scores"]), rtol=1e-4, atol=1e-6)
 
 
 def test_layers_need_lora_adapters():

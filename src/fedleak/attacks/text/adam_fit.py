@@ -73,13 +73,14 @@ def fit_scores(grads: torch.Tensor, delta: torch.Tensor, optimizer: str, batch: 
 
 
 def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels: Optional[torch.Tensor] = None, *,
-                    seed: int = 0, layers: Optional[int] = None,
+                    seed: int = 0, layers: Optional[int] = None, sweep: tuple = (),
                     progress: Optional[Callable[[int, int], None]] = None) -> dict:
     """``{scores (the coefficients), joint (the plain fit on the same gradients), cosine (centred), raw (cosine),
     seconds, parameters, kept, silent, layers}`` for the candidate sequences ``ids`` (M, L): one gradient per
     candidate serves all. ``layers``: the LoRA adapters of the last k blocks only (None: every trainable parameter).
-    ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0)."""
-    from .lora_grads import is_lora, last_layers
+    ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0).
+    ``sweep`` (j, …): also ``sweep_scores`` {j: the AdamW fit on the last j blocks only}, from the same gradients."""
+    from .lora_grads import block_of, is_lora, last_layers
 
     if ids.dim() != 2 or ids.shape[0] < 2:
         raise FedleakError(f"adam-fit needs at least 2 candidate sequences (M, L), got {tuple(ids.shape)}")
@@ -102,7 +103,17 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
     scores = fit_scores(grads, delta, optimizer, batch)
     plain = joint_fit(grads, delta)
     raw, centred = _cosines(grads, delta), _cosines(grads - grads.mean(0, keepdim=True), delta)
-    return {"scores": scores.tolist(), "joint": plain.tolist(), "cosine": centred.tolist(), "raw": raw.tolist(),
+    swept = {}
+    if sweep:
+        if not lora:
+            raise FedleakError("adam-fit: sweep (the last j blocks) needs an update of LoRA adapters only")
+        blocks = torch.cat([torch.full((update.server_params[k].numel(),), block_of(k)) for k in names])
+        blocks = blocks[keep] if keep is not None else blocks
+        order = sorted(set(blocks.tolist()))
+        for j in sweep:
+            cols = blocks >= order[-min(int(j), len(order))]
+            swept[int(j)] = fit_scores(grads[:, cols], delta[cols], optimizer, batch).tolist()
+    return {"scores": scores.tolist(), "sweep_scores": swept, "joint": plain.tolist(), "cosine": centred.tolist(), "raw": raw.tolist(),
             "seconds": time.perf_counter() - start,
             "parameters": int(numel), "kept": int(delta.numel()), "layers": layers,
             "tensors": {"trainable": len(every), "fitted": len(names)}, "optimizer": optimizer, "batch": int(batch),
