@@ -5,7 +5,8 @@ project's .venv for torch and the rest; never into .venv). The same user code as
 MLP 64-32-10, make_private_with_epsilon(ε = 4, δ = 1e-5), 1,000 canary examples) runs under each, at q = 1 (10
 epochs) and q = ¼ (Poisson, 20 epochs), and with the noise halved inside that release's own _generate_noise (the
 audit's power there). Reported per release: the verdict, proved / accountant ε, the estimate, the canaries' fitted
-per-step shift over what the claim allows (1 when the noise in force is the claimed one).
+per-step shift over what the claim allows (1 when the noise in force is the claimed one); the proved ε's assumption
+and the assumption-free bound beside it.
 
 Usage: python benchmarks/bench_dp_audit_opacus_versions.py /tmp/op1.4.1/bin/python /tmp/op1.5.4/bin/python .venv/bin/python
 (each child writes its rows; this file merges them into results/dp_audit_opacus_versions.json). Under nice -n 19.
@@ -50,7 +51,8 @@ def child() -> None:
         q, steps, sigma = r["sample_rate"], r["steps_observed"], r["noise_multiplier"]
         rows.append({"opacus": opacus.__version__, "torch": torch.__version__, "setting": name, "fault": fault,
                      "verdict": r["verdict"]["verdict"], "epsilon_accountant": r["epsilon_accountant"]["user_accountant"],
-                     "epsilon_lower": r["epsilon_lower"],
+                     "epsilon_lower": r["epsilon_lower"], "assumption": r["verdict"]["assumption"],
+                     "epsilon_assumption_free": r["lower_bounds"]["all-iterates"]["epsilon_approx_dp"],
                      "ratio": r["epsilon_lower"] / r["epsilon_accountant"]["user_accountant"],
                      "epsilon_estimate": r["epsilon_estimate"], "claim_test_p": r["verdict"]["claim_test_p"],
                      "shift_over_claim": r["mean_shift_mu"] / (q * math.sqrt(steps) / sigma),

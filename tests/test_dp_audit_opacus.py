@@ -83,8 +83,13 @@ def test_shuffled_batches_accounted_as_poisson_are_found(digits):
     assert r["sampling"]["poisson"] is False and r["sampling"]["p_value"] < 1e-6
     assert r["verdict"]["verdict"] == "not in force (estimated)" and not r["exceeds_claim"]
     assert any("not Poisson-sampled" in f and "with shuffled batches ε ≤" in f for f in r["misconfiguration"]["findings"])
+    assert r["verdict"]["assumption"].startswith("assumption-free")  # the family's assumption fails: not used
     honest = audit_opacus(_train(epochs=3, fraction=0.25), _net(), digits, canaries=200, seed=1)
     assert honest["sampling"]["poisson"] is True and honest["verdict"]["verdict"] == CONSISTENT
+    # Poisson batches: the headline is the subsampled Gaussian's f-DP bound, at least the assumption-free one
+    family = honest["lower_bounds"]["all-iterates"]["subsampled_gaussian"]
+    assert "subsampled Gaussian's own curve" in honest["verdict"]["assumption"]
+    assert honest["epsilon_lower"] == family["epsilon"] >= honest["lower_bounds"]["all-iterates"]["epsilon_approx_dp"]
 
 
 def test_planted_faults_are_undone():
