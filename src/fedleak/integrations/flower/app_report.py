@@ -150,7 +150,7 @@ def node_verdict(found: dict) -> dict:
     m, inserted, k = found["canaries"], found["canaries_inserted"], found["nodes"]
     cost = (f"cost: {found['cost']['canary_replies']} canary replies over {found['rounds']} round(s), each one call "
             f"of the node's own ClientApp, {inserted} extra simulated nodes")
-    sees = f"What the server can and cannot see: {found['sees']}"
+    sees = f"what the server can and cannot see: {found['sees']}"
     if not rows:
         return {"verdict": "not audited", "short": "canary nodes ran, nothing testable", "check": "canary nodes",
                 "evidence": f"{found.get('note', 'no canary reply was tested')}; {sees}; {cost}"}
@@ -185,7 +185,8 @@ def node_verdict(found: dict) -> dict:
         return {"verdict": "not in force", "short": f"{who} (estimated, {inserted} canary nodes)",
                 "check": "canary nodes", "nodes_missing_mod": flagged,
                 "evidence": f"estimated: {text}"}
-    return {"verdict": "consistent", "short": f"every tested node clips ({inserted} canary nodes)",
+    return {"verdict": "consistent", "short": f"consistent at this budget: no node's canaries came back unclipped "
+                                              f"({inserted} canary nodes)",
             "check": "canary nodes", "nodes_missing_mod": [],
             "evidence": f"consistent at this budget, not proved: {text}; a mod that clips only some updates, or a "
                         "node not tested, is not excluded"}
