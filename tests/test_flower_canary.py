@@ -90,6 +90,7 @@ def test_claimed_noise_bounded_and_accounted(tmp_path):
     unseen = r["estimates"]["all-iterates"]["unseen"]
     assert abs(unseen["mean"]) < 0.5 and 0.7 < unseen["sd"] < 1.3  # the closed-form null N(0, 1) holds
     assert not r["claim_test"]["rejected"] and r["claim_test"]["p_value"] >= 0.01
+    assert not r["noise_test"]["flagged"] and r["noise_test"]["noise_ratio"] > 0.9  # the wrapper's σC/n is in force
     assert (tmp_path / "canary" / "canary-audit.json").exists()
 
 
@@ -103,6 +104,8 @@ def test_noise_claimed_but_not_applied_is_found_and_estimated(tmp_path):
     assert r["claim_test"]["evidence"] == "estimated" and r["assumption"].startswith("assumption-free")
     assert r["lower_bounds"]["all-iterates"]["epsilon_gdp"] > 4.0 > r["epsilon_accountant"]["gdp_exact"] - 1e-3
     assert r["epsilon_lower"] == r["lower_bounds"]["all-iterates"]["epsilon_approx_dp"]
+    # the released aggregates on the unseen canaries' directions carry far less than the claimed noise
+    assert r["noise_test"]["flagged"] and r["noise_test"]["noise_ratio"] < 0.5 and r["noise_test"]["p_value"] < 1e-6
 
 
 def test_flowers_own_wrapper_is_gaussian_by_construction(tmp_path):

@@ -23,7 +23,9 @@ averaging and noise:
   (an adaptive wrapper keeps there σ_Δ, the update's share of σ: the ε of what the canaries can see)
   (:func:`fedleak.fl.update_filters.central_epsilon`), and the exact √T/σ-GDP ε of both σ; ``claim_test``: the
   one-run f-DP test (Mahloujifar et al., as :mod:`fedleak.privacy.diagnose` runs it) of "the canaries see
-  √T/σ-GDP", p < 0.01 proving the DP claimed is not in force.
+  √T/σ-GDP", p < 0.01 proving the DP claimed is not in force; ``noise_test``: the aggregates projected on the
+  unseen canaries' directions against the wrapper's claimed noise σ·C_t/n
+  (:class:`fedleak.integrations.flower.canary_replies.NoiseProbe`, ≥ 0.9× the claim, χ² lower tail).
 
 What it cannot see: a client-side mod (``fixedclipping_mod``, ``LocalDpMod``) missing on some nodes — its
 canaries join after the clients. :mod:`.canary_nodes` runs canaries as nodes through each node's own mod chain.
@@ -47,6 +49,7 @@ from flwr.serverapp.strategy import Strategy
 
 from ...errors import FedleakError
 from ...privacy.canaries import Canaries
+from .canary_replies import NoiseProbe
 from .guard import ReplyGuard
 
 #: the most canaries of one audit (each is a d-vector rebuilt in blocks; m beyond this is no better estimate)
@@ -95,6 +98,7 @@ class CanaryAudit(Strategy):
         self._unit_sum: Optional[np.ndarray] = None
         self._last: Optional[np.ndarray] = None
         self._clip_t, self.rounds, self.clip_norms, self.aggregated = None, 0, [], []
+        self._probe: Optional[NoiseProbe] = None  # the noise-scale test on the unseen canaries' directions
         self._guard, self.quarantined = ReplyGuard(), []  # the guard of every wrapper (guard.py)
 
     def summary(self) -> None:
@@ -138,6 +142,11 @@ class CanaryAudit(Strategy):
         if result and result[0] is not None:
             new, _ = _flat(result[0])
             step = new - theta
+            if self._probe is None:
+                chosen = NoiseProbe.choose(np.flatnonzero(~self.included), theta.size)
+                self._probe = NoiseProbe(np.stack([canaries.direction(int(j)).numpy() for j in chosen])
+                                         if chosen.size else np.zeros((0, theta.size), np.float32))
+            self._probe.add(step)
             norm = np.linalg.norm(step)
             unit = step / norm if norm > 0 else step
             self._unit_sum = unit if self._unit_sum is None else self._unit_sum + unit
@@ -247,6 +256,9 @@ class CanaryAudit(Strategy):
             result["claim_test"] = {**g.to_json(), "mu_claimed": mu, "p_value": p, "alpha": 0.01,
                                     "rejected": p < 0.01, "gaussian": gaussian,
                                     "evidence": ("proved" if gaussian else "estimated") if p < 0.01 else None}
+            sampled = float(getattr(self.strategy, "num_sampled_clients", 0) or 0)
+            if self._probe is not None and sampled > 0:  # the released aggregates' noise against σ·C_t/n
+                result["noise_test"] = self._probe.test([acc["noise_multiplier"] * c / sampled for c in self.clip_norms])
         result["scores"] = {t: s.tolist() for t, s in scores.items()}
         if self.out is not None:
             from ...runs.outdir import prepare_out_dir
