@@ -106,7 +106,7 @@ def medians(rows: list) -> list:
                     "ratio_median": statistics.median(r["ratio"] for r in group),
                     "ratio_assumption_free_median": statistics.median(r["epsilon_assumption_free"] /
                                                                       r["epsilon_accountant"] for r in group),
-                    "assumption": group[0]["assumption"].split(":")[0],
+                    "assumption": group[0]["assumption"],
                     "cpu_seconds_median": statistics.median(r["cpu_seconds"] for r in group),
                     "wall_seconds_max": max(sum(r["wall_seconds"].values()) for r in group)})
     return out
