@@ -86,6 +86,35 @@ def corpus_file(name: str, folder: Path) -> Path:
     return path
 
 
+def estimate(model, protocol: Protocol, ids: torch.Tensor, labels: torch.Tensor, args, record: dict, out: Path) -> None:
+    """The cost of a shape before running it: one local step of the client (``--batch`` × ``--seq-len``, AdamW, CPU
+    seconds) times ``--steps``, and the scoring's CPU seconds per candidate (the AdamW fit on ``--estimate`` held-back
+    windows) times the candidates a client would have."""
+    step = ClientData(ids[:args.batch], labels[:args.batch], "estimate")
+    cpu = time.process_time()
+    update = client_update(model, step, protocol, seed=args.seed)
+    step_s = time.process_time() - cpu
+    cands = ids[args.batch:args.batch + args.estimate]
+    cpu = time.process_time()
+    adam_fit_scores(model, update, cands, None, seed=args.seed, layers=args.layers)
+    per_candidate = (time.process_time() - cpu) / cands.shape[0]
+    members = args.members if args.members is not None else args.batch * args.steps
+    candidates = members + (args.non_members if args.non_members is not None else args.batch * args.steps)
+    client = step_s * args.steps
+    record["estimate"] = {"client_step_cpu_seconds": step_s, "client_update_cpu_seconds": client,
+                          "scoring_cpu_seconds_per_candidate": per_candidate, "candidates_per_client": candidates,
+                          "scoring_cpu_seconds": per_candidate * candidates,
+                          "ratio": per_candidate * candidates / client,
+                          "cpu_minutes_per_client": (client + per_candidate * candidates) / 60,
+                          "timed_candidates": int(cands.shape[0]),
+                          "rule": "one local step of the client timed and multiplied by the steps; the scoring of a "
+                                  "few candidates timed and multiplied by the candidates (its fit, a small share, "
+                                  "grows with them)"}
+    record["load_average_after"] = list(os.getloadavg())
+    out.write_text(json.dumps(record, indent=1, default=str))
+    print(json.dumps(record["estimate"]), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "fedleak-smollm2"))
@@ -109,6 +138,9 @@ def main() -> None:
     parser.add_argument("--no-projres", action="store_true", help="the fits only (ProjRes costs a forward pass each)")
     parser.add_argument("--unwhitened", action="store_true", help="also ProjRes without the whitening (one more pass)")
     parser.add_argument("--non-members", type=int, help="held-back non-members per client (default: as many as members)")
+    parser.add_argument("--estimate", type=int, help="time one local step of the client (batch x seq-len) and the "
+                        "scoring of this many candidates, and write the estimate for --steps steps and --members + "
+                        "--non-members candidates instead of running")
     parser.add_argument("--out")
     args = parser.parse_args()
     out = Path(args.out or fresh("membership.json"))
@@ -125,7 +157,7 @@ def main() -> None:
     repeated = int(pool[0].inputs.shape[0] - ids.shape[0])
     extra = args.non_members if args.non_members is not None else per
     chosen = per if args.members is None else min(per, args.members)
-    need = (per + extra) * args.clients
+    need = (per + extra) * args.clients if not args.estimate else args.batch + args.estimate
     if ids.shape[0] < need:
         raise SystemExit(f"the text holds {ids.shape[0]} windows of {args.seq_len} tokens, {need} are needed")
     start = time.perf_counter()
@@ -147,6 +179,8 @@ def main() -> None:
               "gradients": ("LoRA adapters of the last %d blocks (closed form, batched)" % args.layers
                             if args.layers else "every trainable parameter"),
               "model_load_seconds": load_s, "clients": []}
+    if args.estimate:
+        return estimate(model, protocol, ids, labels, args, record, out)
     pooled: dict = {}
     held = per * args.clients
     for k in range(args.clients):
