@@ -78,6 +78,39 @@ def test_a_canary_node_runs_its_nodes_own_mods_and_real_nodes_are_unchanged(task
         app_loading.forget_modules(app)
 
 
+def test_a_clientapp_with_its_mods_on_itself_adaptive_clipping(task_identity):
+    """The other way an app carries its mods — on the loaded ClientApp itself (here Flower's
+    ``adaptiveclipping_mod``): the canary runs inside them, clipped to C, with the mod's norm bit in its reply."""
+    import torch
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+    from flwr.clientapp.mod import adaptiveclipping_mod
+    from torch import nn
+
+    import fedleak
+    from fedleak.integrations.flower.app_canary_nodes import CanaryNodeApp, plan
+    from fedleak.integrations.flower.canary_nodes import _floats, _Plan, train_mods
+    from fedleak.integrations.flower.demo import make_client_app
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 4), nn.Sigmoid(), nn.Linear(4, 62))
+    _, parts = fedleak.data.load("digits", num_clients=3, samples_per_client=2, seed=0)
+    user = make_client_app(parts, lambda: net, mods=[adaptiveclipping_mod])
+    assert adaptiveclipping_mod in train_mods(user)
+    canaries = plan(3, 24)
+    initial = ArrayRecord(net.state_dict())
+    theta, _ = _floats(initial)
+    j = int(np.flatnonzero(canaries.included & (canaries.raw_norm(np.arange(24)) > 1))[0])
+    msg = Message(RecordDict({"arrays": initial, "config": ConfigRecord({"lr": 0.1, "clipping_norm": 0.05})}),
+                  dst_node_id=9, message_type="train")
+    context = Context(run_id=1, node_id=9, state=RecordDict(), run_config={},
+                      node_config={"partition-id": 3 + int(np.flatnonzero(canaries.included).tolist().index(j)),
+                                   "num-partitions": 3 + int(canaries.included.sum())})
+    reply = CanaryNodeApp(user, 3, canaries)(msg, context)
+    flat, _ = _floats(reply.content["arrays"])
+    assert float(_Plan(canaries, None).direction(j, flat.size) @ (flat - theta)) / 0.05 == pytest.approx(1.0, 1e-4)
+    assert dict(reply.content["metrics"])["norm_bit"] == 1  # raw norm 10·C: the mod saw it above its clip norm
+
+
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
