@@ -47,8 +47,8 @@ def one_step(tmp_path_factory):
     out = tmp_path_factory.mktemp("tabular-app") / "report"
     before = sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*") if "__pycache__" not in p.parts)
     try:
-        code = main(["audit", "--flower-app", str(EXAMPLE), "--out", str(out), "--supernodes", "2",
-                     "--run-config", "num-server-rounds=1 records=4 batch-size=4", "--quiet"])
+        code = main(["audit", "--flower-app", str(EXAMPLE), "--out", str(out), "--quiet",
+                     "--run-config", "num-server-rounds=1 num-clients=2 records=4 batch-size=4"])
     finally:
         patch.undo()
     after = sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*") if "__pycache__" not in p.parts)
@@ -102,8 +102,8 @@ def test_several_local_steps_go_to_tableak_an_estimate(tmp_path, monkeypatch):
     """Two local epochs of batches of 2: no exact attack applies; TabLeak (its FedAvg simulation, 300 iterations)
     estimates the records, scored against the batch the node shared."""
     app = _app_with(tmp_path, 'data = "adult"\niterations = 300')
-    metrics, out = _audit(tmp_path, monkeypatch, app, "num-server-rounds=1 records=4 batch-size=2 local-epochs=2",
-                          "--supernodes", "1")
+    metrics, out = _audit(tmp_path, monkeypatch, app,
+                          "num-server-rounds=1 num-clients=1 records=4 batch-size=2 local-epochs=2")
     honest = metrics["threat_models"]["honest-but-curious"]
     record = json.loads((out / "flower" / "leakage.jsonl").read_text().splitlines()[0])
     assert record["attack"] == "tableak" and record["protocol"]["epochs"] == 2 and record["protocol"]["batch_size"] == 2

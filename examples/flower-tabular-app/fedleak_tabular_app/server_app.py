@@ -12,7 +12,7 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     cfg = context.run_config
-    nodes = len(list(grid.get_node_ids()))
+    nodes = int(cfg["num-clients"])
     strategy = FedAvg(fraction_evaluate=0.0, min_train_nodes=nodes, min_available_nodes=nodes)
     strategy.start(grid=grid, initial_arrays=ArrayRecord(make_model().state_dict()),
                    num_rounds=int(cfg["num-server-rounds"]),
