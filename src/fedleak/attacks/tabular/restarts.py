@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 from ...fl.client import local_training
 from ...types import Params
+from .mlp_gradient import cosine_distances_mlp, mlp_layers, simulate_mlp
 
 
 def _key(name: str) -> str:
@@ -33,6 +34,7 @@ class Restarts(nn.Module):
         self._model = [model]  # not a submodule: its own parameters are never the ensemble's
         self.names = list(params)
         self.restarts = int(restarts)
+        self.layers = mlp_layers(model)  # the closed-form gradient applies (a ReLU MLP), else None: autograd
         self.copies = nn.ParameterDict({_key(k): nn.Parameter(v.detach().unsqueeze(0).repeat(
             self.restarts, *([1] * v.dim())), requires_grad=False) for k, v in params.items()})
 
@@ -64,7 +66,14 @@ def expand_schedule(schedule, rows_per_restart: int, restarts: int):
 
 def simulate(ensemble: Restarts, params: Params, inputs: torch.Tensor, labels: torch.Tensor, schedule, lr: float,
              *, create_graph: bool = True, train_mode: bool = True) -> dict[str, torch.Tensor]:
-    """Every restart's summed gradient (R, ...) per parameter: ``inputs`` (R, n, d), ``labels`` (n,) or (R, n)."""
+    """Every restart's summed gradient (R, ...) per parameter: ``inputs`` (R, n, d), ``labels`` (n,) or (R, n).
+
+    For a ReLU MLP with class-index labels the gradients are the closed form of :mod:`.mlp_gradient` (one
+    first-order backward for the attack instead of a double backward; same values); otherwise the one local-SGD
+    function through the vmapped ensemble, ``create_graph`` as asked."""
+    if closed_form(ensemble, labels, params):
+        with torch.set_grad_enabled(create_graph and torch.is_grad_enabled()):
+            return simulate_mlp(ensemble.layers, dict(params), inputs, labels.to(inputs.device), schedule, lr)
     restarts, n = inputs.shape[0], inputs.shape[1]
     flat = inputs.reshape(restarts * n, *inputs.shape[2:])
     tiled = labels.reshape(-1).repeat(restarts) if labels.dim() == 1 else labels.reshape(-1)
@@ -74,10 +83,62 @@ def simulate(ensemble: Restarts, params: Params, inputs: torch.Tensor, labels: t
     return ensemble.unstack(result.grad_sum)
 
 
+def closed_form(ensemble: Restarts, labels: torch.Tensor, named: Params) -> bool:
+    """Whether :mod:`.mlp_gradient` computes this ensemble's gradients: a ReLU MLP, class-index labels, and
+    ``named`` (weights or an observed update) exactly the MLP's parameters."""
+    return (ensemble.layers is not None and not labels.is_floating_point()
+            and set(named) == {name for layer in ensemble.layers for name in layer})
+
+
 def cosine_distances(simulated: dict[str, torch.Tensor], observed: Params) -> torch.Tensor:
-    """(R,) 1 − cosine between each restart's gradient and the observed one, over all tensors concatenated."""
+    """(R,) 1 − cosine between each restart's gradient and the observed one, over all tensors concatenated
+    (the reference's ``_cosine_similarity_loss``: one global cosine), as per-tensor dot products and squared norms
+    (no concatenated copy; the product with the fixed observed tensor is one matrix-vector product)."""
     names = list(observed)
     restarts = simulated[names[0]].shape[0]
-    sim = torch.cat([simulated[k].reshape(restarts, -1) for k in names], dim=1)
-    obs = torch.cat([observed[k].reshape(1, -1).to(sim.dtype) for k in names], dim=1)
-    return 1.0 - F.cosine_similarity(sim, obs.expand_as(sim), dim=1, eps=1e-12)
+    dot = sq = obs_sq = 0
+    for k in names:
+        g = simulated[k].reshape(restarts, -1)
+        o = observed[k].reshape(-1).to(g)
+        dot = dot + g @ o
+        sq = sq + (g * g).sum(dim=1)
+        obs_sq = obs_sq + o.dot(o)
+    return 1.0 - dot / (sq * obs_sq).sqrt().clamp_min(1e-12)
+
+
+def distances(ensemble: Restarts, params: Params, inputs: torch.Tensor, labels: torch.Tensor, schedule, lr: float,
+              observed: Params, *, create_graph: bool = True, train_mode: bool = True) -> torch.Tensor:
+    """(R,) each restart's cosine distance to ``observed``: :func:`cosine_distances` of :func:`simulate`, or, for
+    one local step of a ReLU MLP with class-index labels, :func:`.mlp_gradient.cosine_distances_mlp` (the same
+    number without the weight gradients)."""
+    steps = sum(len(epoch) for epoch in schedule)
+    if steps == 1 and closed_form(ensemble, labels, observed):
+        with torch.set_grad_enabled(create_graph and torch.is_grad_enabled()):
+            (batch,) = [b.to(inputs.device) for epoch in schedule for b in epoch]
+            labels = labels.to(inputs.device)
+            if not torch.equal(batch, torch.arange(inputs.shape[1], device=inputs.device)):
+                inputs, labels = inputs.index_select(1, batch), labels.index_select(-1, batch)
+            return cosine_distances_mlp(ensemble.layers, dict(params), inputs, labels, observed)
+    return cosine_distances(simulate(ensemble, params, inputs, labels, schedule, lr, create_graph=create_graph,
+                                     train_mode=train_mode), observed)
+
+
+def grouped_target(ensemble: Restarts, params: Params, observed: Params, perm: torch.Tensor, fallback):
+    """The attack's distances for records whose columns are permuted (column j = schema column ``perm[j]``, the
+    grouped layout of TabLeak's structural prior): for the closed form the first layer's weight columns and the
+    observed first-layer gradient's columns are permuted alike (every dot product and norm, hence every cosine,
+    is unchanged); otherwise the records are put back in schema order for ``fallback(x)``, the schema-order
+    distances. The result is called as ``target(x, labels, schedule, lr, train_mode)``."""
+    inverse = torch.argsort(perm)
+    if ensemble.layers is None or set(observed) != {name for layer in ensemble.layers for name in layer}:
+        return lambda x, *rest: fallback(x.index_select(-1, inverse.to(x.device)))
+    first = ensemble.layers[0][0]
+    params = {**params, first: params[first].index_select(1, perm.to(params[first].device))}
+    observed = {**observed, first: observed[first].index_select(1, perm.to(observed[first].device))}
+
+    def target(x, labels, schedule, lr, train_mode):
+        if not closed_form(ensemble, labels, observed):
+            return fallback(x.index_select(-1, inverse.to(x.device)))
+        return distances(ensemble, params, x, labels, schedule, lr, observed, train_mode=train_mode)
+
+    return target

@@ -39,7 +39,7 @@ from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, auto_label_strategy, register
 from ..labels import resolve_labels
 from ..optimize import OptimizerConfig, optimize
-from .restarts import Restarts, cosine_distances, simulate
+from .restarts import Restarts, distances as restart_distances, grouped_target
 
 
 @dataclass(frozen=True)
@@ -81,18 +81,21 @@ class TabLeak(Attack):
         ensemble = Restarts(model, update.server_params, restarts)
         observed = update.pseudo_gradient()
         generator = torch.Generator().manual_seed(int(o.seed))
-        z = (torch.rand(restarts, epochs * n, schema.width, generator=generator) * 2 - 1).to(first)
         forward = _StructuralPrior(schema, first, o.softmax, o.sigmoid)
+        z = (torch.rand(restarts, epochs * n, schema.width, generator=generator) * 2 - 1).to(first)
+        z = z.index_select(-1, forward.perm.to(z.device))  # optimized with grouped columns (see _StructuralPrior)
 
         tiled = labels.repeat(epochs)  # one block of records per local epoch, each with the n labels
 
         def distances(x: torch.Tensor, graph: bool = True) -> torch.Tensor:
-            return cosine_distances(simulate(ensemble, update.server_params, x, tiled, schedule, update.protocol.lr,
-                                             create_graph=graph, train_mode=update.protocol.train_mode), observed)
+            return restart_distances(ensemble, update.server_params, x, tiled, schedule, update.protocol.lr, observed,
+                                     create_graph=graph, train_mode=update.protocol.train_mode)
+
+        grouped = grouped_target(ensemble, update.server_params, observed, forward.perm, distances)
 
         def objective(step: int) -> torch.Tensor:
-            x = forward(z)
-            loss = distances(x).sum()
+            x = forward.grouped(z)
+            loss = grouped(x, tiled, schedule, update.protocol.lr, update.protocol.train_mode).sum()
             if epochs > 1 and o.epoch_prior > 0:
                 means = x.view(restarts, epochs, n, -1).mean(dim=2)  # (R, E, d)
                 gaps = (means[:, :, None, :] - means[:, None, :, :]).pow(2).sum(dim=(1, 2, 3))
@@ -102,8 +105,9 @@ class TabLeak(Attack):
         config = OptimizerConfig(optimizer="adam", lr=o.lr, iterations=o.iterations, signed=True,
                                  log_every=o.log_every)
         result = optimize([z], objective, config, description=f"{self.name} ({restarts} restarts)")
+        z = z.detach().index_select(-1, forward.inverse.to(z.device))  # schema column order again
         with torch.no_grad():
-            x = forward.restart_output(z.detach()).view(restarts, epochs, n, -1)
+            x = forward.restart_output(z).view(restarts, epochs, n, -1)
             candidates = _epoch_average(schema, x, o.softmax)  # (R, n, d) per restart
             projected = torch.stack([schema.standardize(_project(schema, schema.destandardize(c))) for c in candidates])
         scores = distances(projected if epochs == 1 else projected.repeat(1, epochs, 1), graph=False).detach()
@@ -120,27 +124,55 @@ class TabLeak(Attack):
 
 class _StructuralPrior:
     """z → records: softmax on each de-standardized categorical block (``softmax``), sigmoid into each continuous
-    range (``sigmoid``; the reference's "no softmax" ablation keeps it, Inverting Gradients drops both)."""
+    range (``sigmoid``; the reference's "no softmax" ablation keeps it, Inverting Gradients drops both).
+
+    The attack optimizes z with its columns GROUPED (:attr:`perm`: every categorical block in schema order, then
+    the continuous columns; Adam and the sign trick are element-wise, so the steps are the same), so that
+    :meth:`grouped` is a few operations on contiguous slices: all blocks' softmaxes at once, exp(x − m) / Σ exp(x − m)
+    with m each block's max (as torch's kernel, which is slow on short blocks) and the block sums as products
+    with the 0/1 block-membership matrix. ``__call__`` is the same map in the schema's column order."""
 
     def __init__(self, schema, like: torch.Tensor, softmax: bool, sigmoid: bool = True) -> None:
         self.schema, self.softmax, self.sigmoid = schema, softmax, sigmoid
         self.blocks = schema.categorical_blocks()
         self.cont = torch.tensor(schema.continuous_index(), dtype=torch.long, device=like.device)
         self.low, self.high = schema.bounds(like)
+        cat = [i for block in self.blocks for i in range(block.start, block.stop)]
+        self.width = len(cat)
+        self.spans = []
+        member = torch.zeros(len(cat), len(self.blocks))
+        for k, block in enumerate(self.blocks):
+            at = cat.index(block.start)
+            self.spans.append((at, at + block.stop - block.start))
+            member[at:at + block.stop - block.start, k] = 1.0
+        mean, std = schema._stats(like)
+        self.cat = torch.tensor(cat, dtype=torch.long, device=like.device)
+        self.cat_mean, self.cat_std = mean[self.cat], std[self.cat]
+        self.member = member.to(like)
+        self.perm = torch.cat([self.cat, self.cont])  # grouped column j = schema column perm[j]
+        self.inverse = torch.argsort(self.perm)
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
-        out = self.restart_output(z)
-        if not self.softmax:
-            return out
-        raw = self.schema.destandardize(z)
+        return self.grouped(z.index_select(-1, self.perm)).index_select(-1, self.inverse)
+
+    def grouped(self, z: torch.Tensor) -> torch.Tensor:
+        """The map on z with grouped columns (:attr:`perm`); returns the records with grouped columns."""
+        c = self.width
         parts = []
-        mean, std = self.schema._stats(z)
-        for block in self.blocks:
-            parts.append((block, (torch.softmax(raw[..., block], dim=-1) - mean[block]) / std[block]))
-        out = out.clone() if out is z else out
-        for block, value in parts:
-            out[..., block] = value
-        return out
+        if c:
+            if self.softmax:
+                raw = z[..., :c] * self.cat_std + self.cat_mean  # de-standardized logits
+                with torch.no_grad():
+                    shift = torch.stack([raw[..., a:b].amax(dim=-1) for a, b in self.spans], dim=-1) @ self.member.T
+                e = (raw - shift).exp()
+                probabilities = e / ((e @ self.member) @ self.member.T)
+                parts.append((probabilities - self.cat_mean) / self.cat_std)
+            else:
+                parts.append(z[..., :c])
+        if len(self.cont):
+            value = z[..., c:]
+            parts.append(self.low + (self.high - self.low) * torch.sigmoid(value) if self.sigmoid else value)
+        return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
     def restart_output(self, z: torch.Tensor) -> torch.Tensor:
         """A restart's result as the reference returns it (§2 step 5): the categorical blocks stay the optimized
