@@ -145,7 +145,7 @@ class CanaryNodeApp(ClientApp):
 
 
 class _Bypass(Strategy):
-    """Around :class:`.audit.LeakageAudit` (``by_pass=True``: above it, keeps the canary replies aside; below it:
+    """Around :class:`.audit.LeakageAudit` (``above=True``: above it, keeps the canary replies aside; below it:
     hands them back), so that the canaries reach the user's strategy but are never attacked."""
 
     def __init__(self, strategy: Strategy, stash: list, above: bool) -> None:
@@ -252,6 +252,11 @@ def attach(top: Strategy, audit, canaries: Canaries, nodes: int, partitions: dic
     the canary replies going around ``audit``."""
     from .app_runtime import chain
 
+    for node in chain(top):
+        if getattr(node, "accountant", None) is not None and getattr(node, "num_sampled_clients", None):
+            raise FedleakError(f"canary nodes cannot join {type(node).__name__}: its Flower accountant refuses a round "
+                               f"whose sample differs from num_sampled_clients ({node.num_sampled_clients}); audit "
+                               "a copy of the app whose DP wrapper has no accountant (the canaries test the noise)")
     stash: list = []
     parents = [n for n in chain(top) if getattr(n, "strategy", None) is audit]
     audit.strategy = _Bypass(audit.strategy, stash, above=False)
