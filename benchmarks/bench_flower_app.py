@@ -8,7 +8,10 @@ torch and flwr versions and the commit. ``python benchmarks/bench_flower_app.py 
 benchmarks/results/flower_app.json`` rewrites the tracked file the docs cite. ``--app
 examples/flower-app-dp-nodes`` runs the canary-node example instead (issue 42 item 2; ``--run-config
 'no-clip-on="1,3"'`` plants the missing mod): its canary nodes' findings and cost are recorded too
-(``flower_app_dp_nodes_faulty.json`` / ``flower_app_dp_nodes_correct.json``).
+(``flower_app_dp_nodes_faulty.json`` / ``flower_app_dp_nodes_correct.json``). ``--app examples/flower-tabular-app``
+runs the app of records (issue 44; ``flower_app_tabular.json``, and with ``--run-config "local-epochs=5
+num-server-rounds=1"`` TabLeak's FedAvg case, ``flower_app_tabular_fedavg.json``): each threat model's attacks (replies proved, records whole, cells
+right beside the baselines) are recorded too.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ def main(argv=None) -> int:
               "overall": metrics.get("overall"), "replies": (metrics.get("flower") or {}).get("replies"),
               "strategies": (metrics.get("flower") or {}).get("strategies"),
               "verdicts": metrics.get("verdicts"), "dp_verdict": metrics.get("dp_verdict"),
+              "modality": metrics.get("modality"),
+              "threat_models": {k: {f: tm.get(f) for f in ("verdict", "evidence", "strongest", "rec_percent", "truth",
+                                                           "attacks") if tm.get(f) is not None}
+                                for k, tm in (metrics.get("threat_models") or {}).items()},
               "canaries": {k: canary.get(k) for k in ("canaries", "canaries_inserted", "rounds", "epsilon_lower",
                                                       "claim_test")} if canary else None,
               "canary_nodes": {"nodes": nodes.get("nodes"), "canaries": nodes.get("canaries"),

@@ -4,9 +4,9 @@ Setting of TabLeak's reference (research notes §2): the untrained d-100-100-2 M
 default init, ``--model-seed``), batches of B records drawn from the training split (client ``k`` of an IID
 split, seed ``--seed``; ``--batches`` clients per job, mean ± sd in the docs), known labels, FedSGD at B = 8, 32,
 128 on Adult and German; FedAvg as the reference runs it (``run_fed_avg_attacks.py``): 32 records, lr 0.01, no
-shuffle, E local epochs of local batch m — cells (E 1, m 32) on both datasets, (E 1, m 8) and (E 5, m 32) on
-Adult, λ = 0.01 fixed (the reference picks λ per cell by an oracle). Attacks: ``tableak`` (30 restarts FedSGD /
-15 FedAvg, 1500 iterations: the reference's budget, restarts batched into one tensor), ``tableak-no-pooling``
+shuffle, E local epochs of local batch m — cells (E 1, m 32), (E 1, m 8) and (E 5, m 32) on both datasets (the
+reference's Table 2: 1 and 4 local batches, 1 and 5 epochs), λ = 0.01 fixed (the reference picks λ per cell by an
+oracle). Attacks: ``tableak`` (30 restarts FedSGD / 15 FedAvg, 1500 iterations: the reference's budget, restarts batched into one tensor), ``tableak-no-pooling``
 (one restart) and ``inverting-gradients-tabular`` (one restart, no prior) at B = 32; every row has the random
 and prior (marginal) baselines beside it (:mod:`fedleak.metrics.tabular`), the whole-record exact-match rate,
 and the entropy-selected quartiles. ``spear`` and ``analytic-fc`` on a FedSGD batch of 4 and 8: proved or not. The
@@ -67,6 +67,8 @@ JOBS = {
     "tableak-fedavg-german-b32": ("german", "fedavg", 32, "tableak", {}),
     "tableak-fedavg-adult-b32-e1-m8": ("adult", "fedavg", 32, "tableak", {"local_batch": 8}),
     "tableak-fedavg-adult-b32-e5-m32": ("adult", "fedavg", 32, "tableak", {"epochs": 5}),
+    "tableak-fedavg-german-b32-e1-m8": ("german", "fedavg", 32, "tableak", {"local_batch": 8}),
+    "tableak-fedavg-german-b32-e5-m32": ("german", "fedavg", 32, "tableak", {"epochs": 5}),
     "imprint-adult-b32": ("adult", "fedsgd", 32, "imprint", {}),
     "audit-adult": ("adult", "audit", None, "fedleak audit --data adult", {}),
     # the malicious server's certified slabs (VGIA-style; hyperplane offsets from 256 records of the test split)
@@ -296,10 +298,36 @@ def apart(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def app_lines(rows: list[dict]) -> str:
+    """``fedleak audit --flower-app examples/flower-tabular-app`` as measured (benchmarks/bench_flower_app.py)."""
+    return "\n\n".join(app_line(json.loads(path.read_text())) for path in APP_RESULTS if path.is_file())
+
+
+#: the tabular Flower app audited by its README's command (``bench_flower_app.py --app examples/flower-tabular-app``)
+APP_RESULTS = [OUT.with_name("flower_app_tabular.json"), OUT.with_name("flower_app_tabular_fedavg.json")]
+
+
+def app_line(r: dict) -> str:
+    """One sentence of docs/tabular-flower.md from a ``bench_flower_app.py`` result of the tabular app."""
+    tm = r["threat_models"]["honest-but-curious"]
+    a = tm["attacks"][tm["strongest"]]
+    cells = (f", cells right {_pct(a['accuracy'])} % (prior baseline {_pct(a['prior_accuracy'])} %, random "
+             f"{_pct(a['random_accuracy'])} %)" if a.get("accuracy") is not None else "")
+    loads = f"{r['load_average_before'][0]:.1f}–{r['load_average_after'][0]:.1f}"
+    return (f"`fedleak {r['command'].replace('--out TMP/report', '--out DIR')}`: exit {r['exit_code']}, honest server "
+            f"{tm['verdict']} ({tm['evidence']}): {tm['strongest']} on {a['replies']} replies, {a['proved']} proved, "
+            f"records whole {a['recognizable_percent']:.0f} %{cells}; {r['cpu_seconds_child']:.0f} CPU-s, "
+            f"{r['wall_seconds']:.0f} s wall at load average {loads} (commit {r['commit']}).")
+
+
+#: docs/tabular-flower.md's block of the tabular Flower app's measured runs
+APP_MARK = ("<!-- regen:bench-tabular-app -->", "<!-- /regen:bench-tabular-app -->")
+
+
 def write_doc(rows: list[dict]) -> None:
-    for doc, make in ((DOC, table), (DOC_APART, apart)):
+    for doc, make, mark in ((DOC, table, MARK), (DOC_APART, apart, MARK), (DOC_APART, app_lines, APP_MARK)):
         text = doc.read_text()
-        start, end = text.index(MARK[0]) + len(MARK[0]), text.index(MARK[1])
+        start, end = text.index(mark[0]) + len(mark[0]), text.index(mark[1])
         doc.write_text(text[:start] + "\n" + make(rows) + "\n" + text[end:])
 
 
