@@ -95,6 +95,10 @@ def test_api_writes_the_report(tmp_path):
     assert saved["threat"] == "all-iterates" and saved["canaries"] == M and saved["rounds"] == ROUNDS
     assert saved["summary"][0].startswith("DP verdict: consistent at this budget (200 canary clients")
     assert "would have been found at p < 0.01" in saved["summary"][0] and not saved["exceeds_claim"]
+    # the power includes the noise-scale test of the aggregates (~100 unseen canaries' directions × 5 rounds):
+    # noise ≤ 0.83× the claim is found in a typical run, where the claim test alone finds ≤ 0.4×
+    assert saved["verdict"]["smallest_noise_fault"] == pytest.approx(0.83, abs=0.02)
+    assert not saved["misconfiguration"]["noise_test"]["flagged"]
     assert saved["summary"][1].startswith("Proved") and "Gaussian f-DP" in saved["summary"][1]
     assert saved["summary"][2].startswith("Estimated")
     assert not any("safe" in line.lower() for line in saved["summary"])

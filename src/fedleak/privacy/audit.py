@@ -259,6 +259,10 @@ def _client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dic
 
         arithmetic = ("LocalDpMod's sensitivity is below its clipping norm (arithmetic, below)",) \
             if sensitivity_finding(local) else ()
+    from ..integrations.flower.canary_replies import NoiseProbe
+
+    # the budget's power: a noise fault f is found when the claim test or the noise-scale test (typical run) rejects
+    noise, power = check["noise_test"], shift_power(int(included.sum()), int((~included).sum()), mu_claimed, p_of)
     return dp_verdict(epsilon_claimed=claimed, claim_name=f"{name}, σ = {setting.noise:g}, {result['rounds']} rounds",
                       bound=result["lower_bounds"][threat], gaussian=gaussian,
                       claim_test={"p_value": check["claim_test"]["p_value"], "hypothesis": f"μ = {mu_claimed:.2f}-GDP"},
@@ -266,7 +270,8 @@ def _client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dic
                       z=z_test(scores, included, mu_claimed),
                       estimated_findings=[f for f in check["findings"] if f.startswith("Estimated")],
                       alpha=check["alpha"], budget=f"{result['canaries']} canary clients, {result['rounds']} rounds",
-                      fault_test=shift_power(int(included.sum()), int((~included).sum()), mu_claimed, p_of),
+                      fault_test=lambda f: min(power(f), NoiseProbe.typical_p(f, noise.get("dof", 0),
+                                                                             noise.get("margin", 0.9))),
                       arithmetic=arithmetic, tests=tests)
 
 

@@ -102,6 +102,14 @@ class NoiseProbe:
         w = solve_triangular(self.chol, (self.u @ step.astype(np.float32)).astype(np.float64), lower=True)
         self.quadratic.append(float(w @ w))
 
+    @staticmethod
+    def typical_p(factor: float, dof: int, margin: float = NOISE_MARGIN) -> float:
+        """The test's p in a typical run (statistic at its mean) with the noise at ``factor`` × the claim and the real
+        updates' share negligible: for :func:`fedleak.privacy.verdict.smallest_noise_fault`."""
+        from scipy.stats import chi2
+
+        return float(chi2.cdf(dof * factor ** 2 / margin ** 2, dof)) if dof > 0 else 1.0
+
     def test(self, claimed_sd: list, alpha: float = 0.01, margin: float = NOISE_MARGIN) -> dict:
         """``claimed_sd``: the claimed per-coordinate noise sd s_t of each round's aggregate. H0 "the noise in force is
         ≥ ``margin`` × the claim" (a material deficit, as :func:`reply_test`): p = P(χ²(T·k) ≤ Σₜ q_t / margin²)."""
