@@ -287,10 +287,10 @@ def llm_flowertune() -> str:
 def llm_membership() -> str:
     """ProjRes beside the joint fit at FlowerTune's client with AdamW (``bench_membership.py``): one row per results
     file ``membership_seed*.json`` / ``membership_heldout*.json``, every statistic pooled over the file's clients."""
-    rows = ["| shape | optimizer | corpus | seed | members / non-members | statistic | AUC (95 % CI, DeLong) | "
-            "TPR at 1 % FPR | TPR at 0.1 % FPR | scoring wall s | client's update wall s | CPU s per client: scoring / "
-            "update | load average | file |",
-            "|---|---|---|--:|---|---|---|--:|--:|--:|--:|---|--:|---|"]
+    rows = ["| shape | optimizer | corpus | seed | members / non-members | candidate gradients | statistic | "
+            "AUC (95 % CI, DeLong) | TPR at 1 % FPR | TPR at 0.1 % FPR | scoring wall s | client's update wall s | "
+            "CPU s per client: scoring / update (ratio) | load average | file |",
+            "|---|---|---|--:|---|---|---|---|--:|--:|--:|--:|---|--:|---|"]
     files = sorted(RESULTS.glob("membership_seed*.json")) + sorted(RESULTS.glob("membership_adamfit*.json")) \
         + sorted(RESULTS.glob("membership_heldout*.json"))
     for path in files:
@@ -300,17 +300,21 @@ def llm_membership() -> str:
             ci = s.get("auc_ci95") or [float("nan")] * 2
             cpu = [c.get(name, {}).get("cpu_seconds") for c in d["clients"]]
             update = [c.get("client_update_cpu_seconds") for c in d["clients"]]
-            per = (f"{sum(cpu) / len(cpu):.0f} / {sum(update) / len(update):.0f}"
-                   if None not in cpu + update else "not recorded")
+            per = (f"{sum(cpu) / len(cpu):.0f} / {sum(update) / len(update):.0f} ({sum(cpu) / sum(update):.2f}×)"
+                   if None not in cpu + update else
+                   "sub-fit of the same gradients" if name.startswith("adam-fit-last-") else "not recorded")
+            grads = d.get("gradients", "every trainable parameter") if name != "projres" else "none (forward pass)"
+            if name.startswith("adam-fit-last-"):
+                grads = f"LoRA adapters of the last {name.rsplit('-', 1)[1]} blocks (a sub-fit)"
             rows.append(f"| {d['shape']}, LoRA r {d['client']['lora']['rank']}, dropout {d['client']['lora']['dropout']:g} "
                         f"| {d['client']['optimizer']}, lr {d['client']['lr']:g} | {d['corpus'].split(' (')[0]} | "
-                        f"{d['seed']} | {s['members']} / {s['non_members']} | {name} | {s['auc']:.3f} ({ci[0]:.3f}–"
+                        f"{d['seed']} | {s['members']} / {s['non_members']} | {grads} | {name} | {s['auc']:.3f} ({ci[0]:.3f}–"
                         f"{ci[1]:.3f}) | {s['tpr_at_1pct_fpr']:.3f} | {s['tpr_at_0.1pct_fpr']:.3f} | {s['seconds']:.0f} | "
                         f"{client_s:.0f} | {per} | {d['environment']['load_average'][0]:.1f} | "
                         f"`benchmarks/results/{path.name}` |")
     if not files:
         return "No `bench_membership.py` results file yet: nothing measured at this shape with AdamW.\n"
-    split = json.loads(files[0].read_text())["split"]
+    split = json.loads(files[-1].read_text())["split"]
     return "\n".join(rows) + (f"\n\nNon-members: {split}. Seconds are wall time of one thread under `nice -n 19` at the "
                               "load average shown (a shared 2-core machine): the scoring and the client's update ran "
                               "under the same load, so their ratio is the cost comparison, not their values.\n")
