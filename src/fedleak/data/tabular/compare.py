@@ -54,8 +54,12 @@ def right_cells(schema: TabularSchema, guess: torch.Tensor, truth: torch.Tensor)
 
 
 def row_cost(schema: TabularSchema, guess: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-    """(n_guess, n_truth) share of wrong columns: the cost the reference's Hungarian matching minimizes."""
-    return 1.0 - right_cells(schema, guess, truth).double().mean(dim=2)
+    """(n_guess, n_truth) share of wrong columns: the cost the reference's Hungarian matching minimizes, computed
+    as the reference computes it — (number wrong) / (number of columns), not 1 − share right, whose last bit
+    differs — so that equal-cost matchings (ties, common: the costs are multiples of 1/columns) are broken the same
+    way by ``linear_sum_assignment`` and the pooled restarts are the reference's."""
+    right = right_cells(schema, guess, truth)
+    return (~right).sum(dim=2).double() / right.shape[2]
 
 
 def hungarian(cost: torch.Tensor) -> tuple[list[int], list[int]]:
