@@ -20,3 +20,15 @@ def test_the_matching_cost_is_the_references_count_over_columns():
     expected = torch.tensor([[int(w) / columns for w in row] for row in wrong], dtype=torch.float64)
     assert torch.equal(cost, expected)  # bit for bit: Python's (cat_score + cont_score) / (num_cats + num_conts)
     assert 1 - 17 / 20 != 3 / 20  # why 1 − share right would break ties differently
+
+
+def test_projection_rounds_halves_up_as_the_reference():
+    """The reference decodes a continuous value as floor(x + 0.5) (utils/encoder_decoder.py); torch rounds 2.5 to 2."""
+    from fedleak.attacks.tabular.tableak import _project
+
+    spec, _ = load("german", num_clients=2, samples_per_client=2, seed=2)
+    schema = spec.schema
+    column, where = next((c, w) for c, w in schema.blocks() if c.kind == "continuous" and c.integer)
+    raw = torch.zeros(2, schema.width, dtype=torch.float64)
+    raw[:, where.start] = torch.tensor([column.low + 1.5, column.low + 2.5], dtype=torch.float64)
+    assert _project(schema, raw)[:, where.start].tolist() == [column.low + 2, column.low + 3]

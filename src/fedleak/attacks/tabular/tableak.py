@@ -187,7 +187,8 @@ class _StructuralPrior:
 
 
 def _project(schema, raw: torch.Tensor) -> torch.Tensor:
-    """Raw records → one-hot argmax categories and clamped (rounded where whole-number) continuous values."""
+    """Raw records → one-hot argmax categories and clamped (rounded where whole-number) continuous values; the
+    rounding is the reference's ``to_categorical``: ⌊x + 0.5⌋ (halves up, where torch's round goes to even)."""
     out = raw.clone()
     for column, where in schema.blocks():
         if column.kind == "categorical":
@@ -196,7 +197,7 @@ def _project(schema, raw: torch.Tensor) -> torch.Tensor:
             out[..., where] = block
         else:
             value = raw[..., where.start].clamp(column.low, column.high)
-            out[..., where.start] = value.round() if column.integer else value
+            out[..., where.start] = torch.floor(value + 0.5) if column.integer else value
     return out
 
 
