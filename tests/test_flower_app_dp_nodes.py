@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +133,7 @@ def test_canary_nodes_that_do_not_fit_or_a_clientapp_that_does_not_load(tmp_path
     assert main(["audit", "--flower-app", str(broken), "--out", str(out), "--canary-nodes", "24"]) == 2
     line = _one_error_line(capsys)
     assert "ClientApp 'fedleak_dp_nodes_app.client_app:app' does not import" in line and "no such build" in line
+    assert "fedleak_dp_nodes_app" not in sys.modules and str(broken) not in sys.path  # the next app loads fresh
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["app"]
     assert main(["audit", "--canary-nodes", "24", "--out", str(out)]) == 2
     assert "add --flower-app" in _one_error_line(capsys)

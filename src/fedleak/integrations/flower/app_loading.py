@@ -93,24 +93,33 @@ def load(path, run_config: Optional[str] = None) -> FlowerApp:
     """:func:`read`, then import the ServerApp and ClientApp with Flower's ``load_app`` (one line if either fails)."""
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
-    from flwr.supercore.object_ref import load_app
 
     app = read(path, run_config)
-    for role, ref, kind in (("ServerApp", app.server_ref, ServerApp), ("ClientApp", app.client_ref, ClientApp)):
-        try:
-            loaded = load_app(ref, FedleakError, app.path)
-        except FedleakError as exc:
-            raise FedleakError(f"--flower-app {path}: the {role} {ref!r} cannot be loaded: {exc}".split("\n")[0]) \
-                from None
-        except BaseException as exc:  # noqa: BLE001 - the user's module: any error (even SystemExit) is theirs
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise FedleakError(f"--flower-app {path}: the {role} {ref!r} does not import ({describe_error(exc)})") \
-                from None
-        if not isinstance(loaded, kind):
-            raise FedleakError(f"--flower-app {path}: {ref!r} is a {type(loaded).__name__}, not a Flower {role}")
-        setattr(app, "server_app" if role == "ServerApp" else "client_app", loaded)
+    try:
+        for role, ref, kind in (("ServerApp", app.server_ref, ServerApp), ("ClientApp", app.client_ref, ClientApp)):
+            setattr(app, "server_app" if role == "ServerApp" else "client_app", _load_one(path, role, ref, kind, app))
+    except BaseException:  # a half-imported package must not stay in sys.modules for the next app of that name
+        forget_modules(app)
+        raise
     return app
+
+
+def _load_one(path, role: str, ref: str, kind: type, app: FlowerApp):
+    from flwr.supercore.object_ref import load_app
+
+    try:
+        loaded = load_app(ref, FedleakError, app.path)
+    except FedleakError as exc:
+        raise FedleakError(f"--flower-app {path}: the {role} {ref!r} cannot be loaded: {exc}".split("\n")[0]) \
+            from None
+    except BaseException as exc:  # noqa: BLE001 - the user's module: any error (even SystemExit) is theirs
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise FedleakError(f"--flower-app {path}: the {role} {ref!r} does not import ({describe_error(exc)})") \
+            from None
+    if not isinstance(loaded, kind):
+        raise FedleakError(f"--flower-app {path}: {ref!r} is a {type(loaded).__name__}, not a Flower {role}")
+    return loaded
 
 
 def forget_modules(app: FlowerApp) -> None:
