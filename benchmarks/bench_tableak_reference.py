@@ -32,6 +32,8 @@ Rows are appended to the results file after every attack of every batch; an exis
     git -C <mirror> archive HEAD | tar -x -C /tmp/tableak   # or any checkout of eth-sri/tableak
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_tableak_reference.py --reference /tmp/tableak \\
         --settings adult:32,german:32 --batches 3 --out benchmarks/results/tableak_reference.json
+    # or each implementation as its own job into its own file (--implementations reference | fedleak), then
+    python benchmarks/bench_tableak_reference.py --merge ref.json fedleak.json --out benchmarks/results/tableak_reference.json
     python benchmarks/bench_tableak_reference.py --doc    # its table in docs/tabular.md from the results file
 """
 
@@ -374,11 +376,23 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=fresh("tableak_reference.json"),
                         help="results file (default: a new one; pass an existing file to resume it)")
     parser.add_argument("--doc", action="store_true", help=f"only regenerate {DOC.name} from --results")
+    parser.add_argument("--merge", nargs="+", metavar="FILE",
+                        help="only merge these results files into --out (a later file's row replaces an earlier "
+                             "one of the same setting, batch and implementation): the two implementations run as "
+                             "separate jobs, each writing its own file")
     parser.add_argument("--results", default=str(OUT), help="with --doc: the results file the docs quote")
     args = parser.parse_args(argv)
     try:
         if args.doc:
             write_doc(read_rows(Path(args.results)))
+            return 0
+        if args.merge:
+            merged: dict = {}
+            for name in args.merge:
+                for r in read_rows(Path(name)):
+                    merged[_key(r)] = r
+            _write(Path(args.out), list(merged.values()))
+            print(f"{len(merged)} rows from {len(args.merge)} files -> {args.out}")
             return 0
         settings = parse_settings(args.settings)
         implementations = [i.strip() for i in args.implementations.split(",")]
@@ -401,8 +415,7 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     _commit()  # the code this process runs: HEAD now, not when a later row is written
-    done = {(r["dataset"], r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"])
-            for r in rows}
+    done = {_key(r) for r in rows}
     for dataset, records in settings:
         for batch in range(args.batches):
             todo = [i for i in implementations
@@ -421,13 +434,21 @@ def main(argv=None) -> int:
                       f"{row['fedleak_metric']['accuracy']:.3f} (fedleak metric), EMR "
                       f"{row['reference_metric']['exact_match_rate']:.3f}, cpu {row['cpu_seconds']} s, "
                       f"gradient cosine {row['gradient_cosine']:.6f}", flush=True)
-                tmp = out.with_name(out.name + ".tmp")
-                tmp.write_text(json.dumps({"format": FORMAT, "script": "benchmarks/bench_tableak_reference.py",
-                                           "reference": {"repository": "eth-sri/tableak", "commit": REFERENCE_COMMIT,
-                                                         "path_given": "--reference", "fix": FIX},
-                                           "rows": rows}, indent=1))
-                tmp.replace(out)
+                _write(out, rows)
     return 0
+
+
+def _key(r: dict) -> tuple:
+    return r["dataset"], r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"]
+
+
+def _write(out: Path, rows: list[dict]) -> None:
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "script": "benchmarks/bench_tableak_reference.py",
+                               "reference": {"repository": "eth-sri/tableak", "commit": REFERENCE_COMMIT,
+                                             "path_given": "--reference", "fix": FIX},
+                               "rows": rows}, indent=1))
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

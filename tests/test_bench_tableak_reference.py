@@ -69,3 +69,16 @@ def test_the_summary_compares_only_batches_both_finished(bench):
     text = bench.table(rows)
     assert "| fedleak | 85.0 ± 7.1 |" in text and "| reference | 75.0 ± 7.1 |" in text
     assert "| 2 of 2 | 60 | 11.7× |" in text  # 700 / 60 CPU-s
+
+
+def test_merge_keeps_one_row_per_batch_and_implementation_the_later_file_winning(bench, tmp_path, capsys):
+    """The implementations run as separate jobs (the reference for hours), each into its own file, merged after."""
+    first, second, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "m.json"
+    bench._write(first, [_row("reference", 0, 0.7, 200.0), _row("fedleak", 0, 0.6, 40.0)])
+    bench._write(second, [_row("fedleak", 0, 0.8, 15.0), _row("fedleak", 1, 0.75, 16.0)])
+    assert bench.main(["--merge", str(first), str(second), "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted((r["implementation"], r["batch"], r["cpu_seconds"]) for r in rows) == [
+        ("fedleak", 0, 15.0), ("fedleak", 1, 16.0), ("reference", 0, 200.0)]
+    (tmp_path / "bad.json").write_text("{}")
+    assert bench.main(["--merge", str(first), str(tmp_path / "bad.json"), "--out", str(out)]) == 2
