@@ -33,7 +33,8 @@ Rows are appended to the results file after every attack of every batch; an exis
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/bench_tableak_reference.py --reference /tmp/tableak \\
         --settings adult:32,german:32 --batches 3 --out benchmarks/results/tableak_reference.json
     # or each implementation as its own job into its own file (--implementations reference | fedleak), then
-    python benchmarks/bench_tableak_reference.py --merge ref.json fedleak.json --out benchmarks/results/tableak_reference.json
+    python benchmarks/bench_tableak_reference.py --merge ref.json fedleak.json \\
+        --out benchmarks/results/tableak_reference.json
     python benchmarks/bench_tableak_reference.py --doc    # its table in docs/tabular.md from the results file
 """
 
