@@ -32,3 +32,18 @@ def test_projection_rounds_halves_up_as_the_reference():
     raw = torch.zeros(2, schema.width, dtype=torch.float64)
     raw[:, where.start] = torch.tensor([column.low + 1.5, column.low + 2.5], dtype=torch.float64)
     assert _project(schema, raw)[:, where.start].tolist() == [column.low + 2, column.low + 3]
+
+
+def test_continuous_entropy_uses_the_references_spread_over_restarts():
+    """utils/entropy.py: ½ + ½·log(2πσ²) with σ from ``pooled_ensemble``'s torch ``std`` (n − 1) over restarts."""
+    import math
+
+    from fedleak.attacks.tabular.tableak import _pool
+
+    spec, _ = load("german", num_clients=2, samples_per_client=2, seed=2)
+    schema = spec.schema
+    aligned = torch.randn(5, 3, schema.width, generator=torch.Generator().manual_seed(0))
+    _, entropy = _pool(schema, aligned, softmax=True)
+    j, (column, where) = next((j, cw) for j, cw in enumerate(schema.blocks()) if cw[0].kind == "continuous")
+    sigma = aligned[:, :, where.start].double().std(0)
+    assert torch.allclose(entropy[:, j], 0.5 + 0.5 * torch.log(2 * math.pi * sigma ** 2), atol=1e-6)

@@ -244,7 +244,8 @@ def _pool(schema, aligned: torch.Tensor, softmax: bool) -> tuple[torch.Tensor, t
     raw = _softmaxed(schema, aligned) if softmax else schema.destandardize(aligned)
     median = raw.median(dim=0).values  # torch's median: the lower middle value for an even count (the reference)
     probabilities = _softmaxed(schema, aligned).mean(0)
-    spread = aligned.std(0, unbiased=False) if aligned.shape[0] > 1 else torch.zeros_like(aligned[0])
+    # the reference's ``pooled_ensemble(..., return_std=True)``: torch's std over restarts, n − 1 in the denominator
+    spread = aligned.std(0) if aligned.shape[0] > 1 else torch.zeros_like(aligned[0])
     entropy = torch.zeros(aligned.shape[1], len(schema.columns), dtype=torch.float64)
     for j, (column, where) in enumerate(schema.blocks()):
         if column.kind == "categorical":
