@@ -304,7 +304,7 @@ def app_lines(rows: list[dict]) -> str:
 
 
 #: the tabular Flower app audited by its README's command (``bench_flower_app.py --app examples/flower-tabular-app``)
-APP_RESULTS = [OUT.with_name("flower_app_tabular.json"), OUT.with_name("flower_app_tabular_fedavg.json")]
+APP_RESULTS = [OUT.with_name("flower_app_tabular.json")]
 
 
 def app_line(r: dict) -> str:
