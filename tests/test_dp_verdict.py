@@ -145,3 +145,38 @@ def test_a_rejecting_test_is_never_reported_consistent(tests_p):
         assert (NOISE_TEST + " rejects") in v["sentence"] or tests_p >= 0.01 or v["verdict"] == VIOLATED
         if tests_p < 0.01:
             assert v["verdict"] in (VIOLATED, NOT_IN_FORCE)
+
+
+def test_the_recorded_flower_fault_grid_never_contradicts_itself():
+    """Every run of ``flower_faults`` in ``benchmarks/results/dp_audit_planted.json`` (faults planted inside Flower and
+    the correct configurations, bench_dp_audit_flower.py): the verdict recomputed from the recorded statistics is the
+    one reported; a proved ε above the claim is ``violated (proved)`` with ``exceeds_claim``; the combined p < 0.01
+    (Bonferroni over the pre-registered tests) or any test at p < α is never ``consistent at this budget``. < 0.1 s."""
+    import json
+    from pathlib import Path
+
+    from fedleak.privacy.audit import GAUSSIAN_CLIENT
+
+    planted = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+                          / "dp_audit_planted.json").read_text())["flower_faults"]
+    rows = planted["faults"] + planted["correct"]
+    assert len(planted["faults"]) >= 7 and rows
+    for row in rows:
+        tests = {k: p for k, p in row["tests"].items() if k != "claim test"}
+        v = dp_verdict(epsilon_claimed=row["epsilon_claimed"], claim_name="recorded",
+                       bound={"epsilon_gdp": row["epsilon_gdp"], "epsilon_approx_dp": row["epsilon_approx_dp"]},
+                       gaussian=GAUSSIAN_CLIENT, claim_test={"p_value": row["claim_test_p"], "hypothesis": "μ-GDP"},
+                       claim_test_rigorous=True, estimate_epsilon=row["epsilon_estimate"],
+                       z={"difference": 0.0, "allowed": 0.0, "z": 0.0, "p_value": row["z_test_p"]},
+                       estimated_findings=[f for f in row["findings"] if f.startswith("Estimated")],
+                       alpha=row["alpha"], budget="recorded", tests=tests,
+                       arithmetic=tuple(r for r in row["reasons"] if "arithmetic" in r))
+        where = (row["defense"], row["fault"], row["seed"])
+        assert v["verdict"] == row["verdict"] and v["exceeds_claim"] == row["exceeds_claim"], where
+        assert row["detected"] == (row["verdict"] != CONSISTENT), where
+        if row["epsilon_lower"] > row["epsilon_claimed"]:
+            assert row["verdict"] == VIOLATED and row["exceeds_claim"], where
+        if row["verdict"] == CONSISTENT:
+            assert row["p"] >= 0.01 and min(row["claim_test_p"], row["z_test_p"], *tests.values()) >= row["alpha"], where
+        assert row["p"] == pytest.approx(min(1.0, len(row["tests"]) * min(row["tests"].values())))
+    assert all(row["detected"] for row in planted["faults"])
