@@ -245,7 +245,8 @@ def attack(reference: Reference, job: dict, implementation: str, restarts: int, 
 
 
 def run_one(reference: Reference, job: dict, setting: dict, implementation: str) -> dict:
-    restarts, iterations, seed, batch = setting["restarts"], setting["iterations"], setting["seed"], setting["batch"]
+    restarts, iterations, batch = setting["restarts"], setting["iterations"], setting["batch"]
+    seed = setting["attack_seed"]
     load_before = os.getloadavg()
     cpu, wall = time.process_time(), time.perf_counter()
     guess, guess_ref = attack(reference, job, implementation, restarts, iterations, seed, batch)
@@ -285,6 +286,8 @@ def summary(rows: list[dict]) -> list[dict]:
     """Per (dataset, B, restarts, iterations): both implementations on the batches BOTH finished."""
     groups: dict = {}
     for r in rows:
+        if r.get("attack_seed", r.get("seed")) != r.get("seed"):
+            continue  # another draw of restarts on the same batch: :func:`seed_table`
         groups.setdefault((r["dataset"], r["records"], r["restarts"], r["iterations"]), []).append(r)
     out = []
     for (dataset, records, restarts, iterations), group in groups.items():
@@ -330,13 +333,37 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def seed_table(rows: list[dict]) -> str:
+    """Per batch measured with more than one draw of restarts (``--attack-seed``): each implementation's accuracy
+    (reference metric) per draw — how far one batch's figure moves with the restarts alone."""
+    groups: dict = {}
+    for r in rows:
+        key = (r["dataset"], r["records"], r["restarts"], r["iterations"], r["batch"])
+        groups.setdefault(key, {}).setdefault(r["implementation"], {})[r.get("attack_seed", r.get("seed"))] = \
+            r["reference_metric"]["accuracy"]
+    lines = []
+    for (dataset, records, restarts, iterations, batch), by in sorted(groups.items()):
+        if max(len(v) for v in by.values()) < 2:
+            continue
+        main = {r.get("seed") for r in rows if (r["dataset"], r["records"], r["batch"]) == (dataset, records, batch)}
+        cells = [f"{impl}: " + ", ".join(f"{100 * a:.1f}" for _, a in sorted(by[impl].items(),
+                                                                             key=lambda kv: (kv[0] not in main, kv[0])))
+                 for impl in IMPLEMENTATIONS if impl in by]
+        lines.append(f"| {dataset} | {records} | {restarts} × {iterations} | {batch} | {' · '.join(cells)} |")
+    if not lines:
+        return ""
+    return ("\n\nThe same batches with other draws of restarts (`--attack-seed`; accuracy, reference metric, %, one "
+            "figure per draw, the first the table's):\n\n| data | B | restarts × iterations | batch | accuracy per "
+            "draw |\n|---|--:|---|--:|---|\n" + "\n".join(lines))
+
+
 MARK = ("<!-- regen:bench-tableak-reference -->", "<!-- /regen:bench-tableak-reference -->")
 
 
 def write_doc(rows: list[dict]) -> None:
     text = DOC.read_text()
     start, end = text.index(MARK[0]) + len(MARK[0]), text.index(MARK[1])
-    DOC.write_text(text[:start] + "\n" + table(rows) + "\n" + text[end:])
+    DOC.write_text(text[:start] + "\n" + table(rows) + seed_table(rows) + "\n" + text[end:])
 
 
 # ----- driver -------------------------------------------------------------------------------------------------------
@@ -374,6 +401,9 @@ def main(argv=None) -> int:
     parser.add_argument("--implementations", default="fedleak,reference")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model-seed", type=int, default=0)
+    parser.add_argument("--attack-seed", type=int, default=None,
+                        help="the attacks' random restarts (default: --seed); the same batches with another draw "
+                             "of restarts measure how much one batch's accuracy moves with the restarts alone")
     parser.add_argument("--out", default=fresh("tableak_reference.json"),
                         help="results file (default: a new one; pass an existing file to resume it)")
     parser.add_argument("--doc", action="store_true", help=f"only regenerate {DOC.name} from --results")
@@ -419,15 +449,16 @@ def main(argv=None) -> int:
     done = {_key(r) for r in rows}
     for dataset, records in settings:
         for batch in range(args.batches):
+            attack_seed = args.seed if args.attack_seed is None else args.attack_seed
             todo = [i for i in implementations
-                    if (dataset, records, batch, args.restarts, args.iterations, i) not in done]
+                    if (dataset, records, batch, args.restarts, args.iterations, i, attack_seed) not in done]
             if not todo:
                 continue
             job = prepare(reference, dataset, records, batch, args.seed, args.model_seed)
             for implementation in todo:
                 setting = {"dataset": dataset, "records": records, "batch": batch, "restarts": args.restarts,
                            "iterations": args.iterations, "seed": args.seed, "model_seed": args.model_seed,
-                           "labels": "known", "algorithm": "fedsgd"}
+                           "attack_seed": attack_seed, "labels": "known", "algorithm": "fedsgd"}
                 row = run_one(reference, job, setting, implementation)
                 rows.append(row)
                 print(f"{dataset} B={records} batch {batch} {implementation}: accuracy "
@@ -440,7 +471,8 @@ def main(argv=None) -> int:
 
 
 def _key(r: dict) -> tuple:
-    return r["dataset"], r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"]
+    return (r["dataset"], r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"],
+            r.get("attack_seed", r.get("seed")))
 
 
 def _write(out: Path, rows: list[dict]) -> None:

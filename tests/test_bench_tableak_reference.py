@@ -82,3 +82,13 @@ def test_merge_keeps_one_row_per_batch_and_implementation_the_later_file_winning
         ("fedleak", 0, 15.0), ("fedleak", 1, 16.0), ("reference", 0, 200.0)]
     (tmp_path / "bad.json").write_text("{}")
     assert bench.main(["--merge", str(first), str(tmp_path / "bad.json"), "--out", str(out)]) == 2
+
+
+def test_other_draws_of_restarts_stay_out_of_the_side_by_side_and_get_their_own_lines(bench):
+    rows = [_row("reference", 0, 0.80, 200.0), _row("fedleak", 0, 0.78, 15.0)]
+    rows = [{**r, "seed": 42} for r in rows]
+    rows.append({**_row("fedleak", 0, 0.82, 15.0), "seed": 42, "attack_seed": 7})
+    (entry,) = bench.summary(rows)
+    assert entry["fedleak"]["reference_metric"]["accuracy"] == [0.78]  # the main draw only
+    assert "| adult | 32 | 30 × 1500 | 0 | fedleak: 78.0, 82.0 · reference: 80.0 |" in bench.seed_table(rows)
+    assert bench.seed_table(rows[:2]) == ""
