@@ -122,9 +122,10 @@ def _canary_call(self: ClientApp, message, context):
 class CanaryNodeApp(ClientApp):
     """The ClientApp the simulation loads: the user's for partitions < ``nodes``, a canary node beyond."""
 
-    def __init__(self, user_app: ClientApp, nodes: int, canaries: Canaries) -> None:
+    def __init__(self, user_app: ClientApp, nodes: int, canaries: Canaries, run_config: Optional[dict] = None) -> None:
         super().__init__()
         self.user_app, self.nodes, self.canaries = user_app, nodes, canaries
+        self.run_config = dict(run_config or {})  # the run's config, for reading the nodes' LocalDpMod claim
         self.index = [int(j) for j in np.flatnonzero(canaries.included)]
 
     def __call__(self, message, context: Context):
@@ -179,9 +180,11 @@ class NodeRecorder(_Recorder):
     (from the simulation's node → partition map), given the round's mean metrics of the real replies (the weight
     FedAvg gives it, the keys Flower requires), and recorded; canary nodes are not asked to evaluate."""
 
-    def __init__(self, strategy: Strategy, canaries: Canaries, nodes: int, partitions: dict, audits: list) -> None:
+    def __init__(self, strategy: Strategy, canaries: Canaries, nodes: int, partitions: dict, audits: list,
+                 client: Optional[CanaryNodeApp] = None) -> None:
         super().__init__(strategy, _Plan(canaries, None))
         self.nodes, self.partitions, self.audits, self.names, self.error = nodes, partitions, audits, {}, None
+        self.client, self.claim = client, None  # the claim of the nodes' LocalDpMod (app_canary_claim), if read
         self.index = [int(j) for j in np.flatnonzero(canaries.included)]
 
     def canary(self, node_id: int) -> Optional[int]:
@@ -189,16 +192,43 @@ class NodeRecorder(_Recorder):
         return self.index[partition - self.nodes] if partition >= self.nodes else None
 
     def configure_train(self, server_round, arrays, config, grid):
+        from .app_runtime import chain
+
+        if self.plan.clip is None and self.client is not None and KEY_CLIPPING_NORM not in config \
+                and not any(getattr(n, "clipping_norm", None) for n in chain(self.strategy)):
+            self._read_claim(arrays, config)
         try:
             messages = super().configure_train(server_round, arrays, config, grid)
         except TypeError:  # no clipping_norm in the config, the strategy or the plan
             messages = []
+        if self.claim is not None:  # the canaries' C: the claim's clip norm, sent to the canary nodes only
+            messages = [_with_clip(m, self.plan.clip) if self.canary(m.metadata.dst_node_id) is not None else m
+                        for m in messages]
         if not messages or not any(KEY_CLIPPING_NORM in c for m in messages for c in m.content.config_records.values()):
             self.error = ("canary nodes need the clip norm the nodes' mods use: the train config the strategy sends "
                           f"carries no {KEY_CLIPPING_NORM} (Flower's client-side DP wrappers, "
-                          "DifferentialPrivacyClientSide{Fixed,Adaptive}Clipping, send it)")
+                          "DifferentialPrivacyClientSide{Fixed,Adaptive}Clipping, send it) and no node's ClientApp "
+                          "carries a LocalDpMod")
             raise FedleakError(self.error)
         return messages
+
+    def _read_claim(self, arrays, config) -> None:
+        """The claim of the nodes' LocalDpMods (:func:`.app_canary_claim.local_dp_claim`), before round 1."""
+        from flwr.app import RecordDict
+
+        from .app_canary_claim import local_dp_claim
+        from .app_runtime import chain
+
+        keys = next(((getattr(n, "arrayrecord_key", None), getattr(n, "configrecord_key", None))
+                     for n in chain(self.strategy) if getattr(n, "arrayrecord_key", None)), ("arrays", "config"))
+        content = RecordDict({keys[0]: arrays, keys[1]: config})
+        try:
+            self.claim = local_dp_claim(self.client.user_app, content, self.nodes, self.client.run_config)
+        except FedleakError as exc:
+            self.error = str(exc)
+            raise
+        if self.claim is not None:
+            self.plan.clip = self.claim["clipping_norm"]
 
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
@@ -226,6 +256,20 @@ class NodeRecorder(_Recorder):
                 audit.wait()
 
 
+def _with_clip(message, clip: float):
+    """``message`` (its content shared with the other nodes' messages) with its own content whose config also
+    carries ``clipping_norm`` = ``clip``: what a canary node's train function reads its C from."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    content = RecordDict({key: (ConfigRecord({**dict(value), KEY_CLIPPING_NORM: float(clip)})
+                                if isinstance(value, ConfigRecord) else value)
+                          for key, value in message.content.items()})
+    if not content.config_records:
+        content["config"] = ConfigRecord({KEY_CLIPPING_NORM: float(clip)})
+    message.content = content
+    return message
+
+
 def _real_metrics(reply, real: list) -> None:
     """A canary reply's metrics: the round's mean of the real replies' (same record name and keys: Flower requires
     them, and FedAvg weighs a reply by its num-examples), with the canary's own value of any other key they share
@@ -247,9 +291,11 @@ def _real_metrics(reply, real: list) -> None:
     reply.content[name] = MetricRecord(metrics)
 
 
-def attach(top: Strategy, audit, canaries: Canaries, nodes: int, partitions: dict) -> NodeRecorder:
+def attach(top: Strategy, audit, canaries: Canaries, nodes: int, partitions: dict,
+           client: Optional[CanaryNodeApp] = None) -> NodeRecorder:
     """``top`` (the strategy the ServerApp starts, holding ``audit``) with the canary nodes' recorder around it and
-    the canary replies going around ``audit``."""
+    the canary replies going around ``audit``; ``client``: the ClientApp the simulation runs (the nodes'
+    LocalDpMod claim is read from it where the train config carries no clip norm)."""
     from .app_runtime import chain
 
     for node in chain(top):
@@ -263,14 +309,17 @@ def attach(top: Strategy, audit, canaries: Canaries, nodes: int, partitions: dic
     bypass = _Bypass(audit, stash, above=True)
     if parents:
         parents[0].strategy = bypass
-    return NodeRecorder(bypass if top is audit else top, canaries, nodes, partitions, [audit])
+    return NodeRecorder(bypass if top is audit else top, canaries, nodes, partitions, [audit], client)
 
 
 def _claimed_noise(recorder: NodeRecorder, replies: float) -> Optional[float]:
     """σ of the sum the canaries see: the wrapper's noise_multiplier · replies / num_sampled_clients (its noise is
-    sized for num_sampled_clients replies, the mean is over all of them)."""
+    sized for num_sampled_clients replies, the mean is over all of them); with the nodes' LocalDpMod claim, s·√n/C
+    (n replies each noised N(0, s²), as ``fedleak dp-audit`` claims it: :mod:`fedleak.privacy.federation`)."""
     from .app_runtime import chain
 
+    if recorder.claim is not None:
+        return recorder.claim["noise_std"] * math.sqrt(replies) / recorder.claim["clipping_norm"]
     for node in chain(recorder.strategy):
         if getattr(node, "noise_multiplier", None) is not None and getattr(node, "num_sampled_clients", None):
             return float(node.noise_multiplier) * replies / float(node.num_sampled_clients)
@@ -297,8 +346,16 @@ def result(recorder: NodeRecorder, seconds: float, delta: float = 1e-5) -> dict:
     if recorder.unit_sum is None or not recorder.replies.any():
         return {**out, "reply_test": [], "nodes_flagged_by_replies": [],
                 "note": "no canary reply was aggregated (every canary node's reply failed, or no round ran)"}
-    replies = reply_test(recorder.projection_sum, recorder.replies, included, raw, node, recorder.nodes, 0.0)
+    claim = recorder.claim  # LocalDpMod: each reply carries noise s, tested against s/C (canary_replies)
+    reply_noise = claim["noise_std"] / claim["clipping_norm"] if claim else 0.0
+    replies = reply_test(recorder.projection_sum, recorder.replies, included, raw, node, recorder.nodes, reply_noise,
+                         residual=recorder.residual_sum, dim=recorder.theta0.size)
     out.update(reply_test=replies, nodes_flagged_by_replies=[r["node"] for r in replies if r["flagged"]])
+    if claim:
+        out.update(claim=claim, noise_by=f"the nodes' LocalDpMod adds it to each reply; claim tested: C = "
+                                         f"{claim['clipping_norm']:g}, sensitivity {claim['sensitivity']:g}, (ε, δ) = "
+                                         f"({claim['epsilon']:g}, {claim['delta']:g}) per round, s = "
+                                         f"{claim['noise_std']:.3g}, stated by {claim['stated_by']}")
     noise = _claimed_noise(recorder, recorder.nodes + float(included.sum()))
     if noise is None or not noise > 0:
         return {**out, "note": "the strategy adds no noise fedleak can read (no noise_multiplier): the aggregate "

@@ -162,8 +162,11 @@ def node_verdict(found: dict) -> dict:
         if r["flagged"]:
             by_reason.setdefault("; ".join(r["reasons"]), []).append(str(r["node"]))
     found_text = "; ".join(f"the canary replies of node(s) {', '.join(n)}: {why}" for why, n in by_reason.items())
+    missing = "their LocalDpMod missing, or not clipping and noising" if found.get("claim") else \
+        "their clipping mod missing, or not clipping"
+    noise_by = found.get("noise_by", "Flower's wrapper adds it")
     replies = (f"{found_text} — no clipping in force in the ClientApps of node(s) {', '.join(map(str, flagged))} "
-               "(their clipping mod missing, or not clipping)" if flagged else
+               f"({missing})" if flagged else
                "no node's canary replies come back unclipped")
     replies += (f"; node(s) {', '.join(clipped)} clip theirs" if clipped else "") + \
         (f"; node(s) {', '.join(map(str, untested))} had no canary reply (not tested)" if untested else "")
@@ -171,7 +174,7 @@ def node_verdict(found: dict) -> dict:
     test = check.get("claim_test") or {}
     aggregate = (f"; aggregate test of the released models: claim p = {test['p_value']:.2g} at σ = "
                  f"{found['noise_multiplier_seen']:.3g} for the {k} + {inserted} replies aggregated (Gaussian noise "
-                 f"by construction: Flower's wrapper adds it), nodes flagged by the aggregates: "
+                 f"by construction: {noise_by}), nodes flagged by the aggregates: "
                  f"{', '.join(map(str, check.get('flagged_clients') or [])) or 'none'}" if test else
                  f"; {found.get('note', 'no aggregate test')}")
     text = f"{replies} (per-node reply test at p < 0.01, Bonferroni over {k} nodes, {m} canaries drawn, " \

@@ -42,6 +42,7 @@ class Watch:
     nodes: int = 0  # the app's own nodes (partitions 0…nodes−1; canary nodes beyond)
     partitions: dict = field(default_factory=dict)  # Flower's node id → partition id of the simulation
     recorders: list = field(default_factory=list)  # the canary nodes' recorders (app_canary_nodes.NodeRecorder)
+    client_app: object = None  # the ClientApp the simulation runs with canary nodes (app_canary_nodes.CanaryNodeApp)
 
 
 def chain(strategy) -> list:
@@ -110,7 +111,8 @@ def wrapped_start(watch: Watch):
             if watch.canary_nodes is not None:  # canary nodes: their replies recorded, going around the audit
                 from .app_canary_nodes import attach
 
-                top = attach(top, found[0] if found else top, watch.canary_nodes, watch.nodes, watch.partitions)
+                top = attach(top, found[0] if found else top, watch.canary_nodes, watch.nodes, watch.partitions,
+                             watch.client_app)
                 watch.recorders.append(top)
             return top.start(grid, initial_arrays, *args, **kwargs)
         finally:
@@ -249,7 +251,8 @@ def simulate(app: app_loading.FlowerApp, watch: Watch, supernodes: int, share_tr
     if watch.canary_nodes is not None:
         from .app_canary_nodes import CanaryNodeApp
 
-        client = {"client_app": CanaryNodeApp(app.client_app, supernodes, watch.canary_nodes)}
+        watch.client_app = CanaryNodeApp(app.client_app, supernodes, watch.canary_nodes, dict(app.run_config))
+        client = {"client_app": watch.client_app}
         supernodes += int(watch.canary_nodes.included.sum())
 
     def registered(*args, **kwargs):
