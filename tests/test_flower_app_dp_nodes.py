@@ -196,6 +196,45 @@ def test_local_dp_nodes_all_with_the_mod_none_flagged_none_with_it_refused(task_
         _local_dp_run('no-clip-on="0,1,2,3,4"')
 
 
+def test_the_local_dp_claim_read_from_the_loaded_clientapp_or_refused_when_nodes_state_different_ones(task_identity):
+    """A LocalDpMod on the loaded ClientApp itself is read without calling the train function; nodes whose own
+    ClientApps' LocalDpMods state different claims are refused in one line naming two of them."""
+    import torch
+    from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.clientapp.mod import LocalDpMod
+    from torch import nn
+
+    import fedleak
+    from fedleak.errors import FedleakError
+    from fedleak.integrations.flower import node_settings
+    from fedleak.integrations.flower.app_canary_claim import local_dp_claim
+    from fedleak.integrations.flower.demo import make_client_app
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 2))
+    _, parts = fedleak.data.load("digits", num_clients=3, samples_per_client=2, seed=0)
+    calls = []
+
+    def model():
+        calls.append(1)  # the train function builds the model: never called when the mod is on the loaded app
+        return net
+
+    content = RecordDict({"arrays": ArrayRecord(net.state_dict()), "config": ConfigRecord({"lr": 0.1})})
+    claim = local_dp_claim(make_client_app(parts, model, mods=[LocalDpMod(0.5, 0.5, 2.0, 1e-6)]), content, 3, {})
+    assert (claim["clipping_norm"], claim["epsilon"], claim["delta"]) == (0.5, 2.0, 1e-6) and not calls
+    assert claim["stated_by"] == "the LocalDpMod of 3 of the 3 nodes' ClientApps"
+    per_node = [make_client_app(parts, model, mods=[LocalDpMod(0.5, 0.5, eps, 1e-6)]) for eps in (2.0, 2.0, 4.0)]
+    outer = ClientApp()
+
+    @outer.train()
+    def train(msg, context):
+        return per_node[node_settings(context).partition_id](msg, context)
+
+    with pytest.raises(FedleakError, match=r"LocalDpMods state different claims \(node 0: .* node 2: "):
+        local_dp_claim(outer, content, 3, {})
+
+
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
