@@ -75,8 +75,9 @@ def main(argv=None) -> int:
                                "canaries_inserted": nodes.get("canaries_inserted"), "rounds": nodes.get("rounds"),
                                "nodes_flagged_by_replies": nodes.get("nodes_flagged_by_replies"),
                                "nodes_flagged_by_aggregates": nodes.get("nodes_flagged_by_aggregates"),
+                               "claim": nodes.get("claim"),  # the nodes' LocalDpMod claim, where one was read
                                "reply_test": [{k: r.get(k) for k in ("node", "canary_replies", "mean_projection",
-                                                                     "p_value", "flagged")}
+                                                                     "noise_ratio", "p_value", "flagged")}
                                               for r in nodes.get("reply_test") or []],
                                "cost": nodes.get("cost")} if nodes else None,
               "error": done.stderr.strip().splitlines()[-1] if done.returncode else None,
