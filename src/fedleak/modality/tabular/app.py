@@ -80,10 +80,9 @@ def _attack(replies: list) -> dict:
     """One attack's figures over its replies: scored ones by their shared batch, proved ones whole."""
     scored = [r for r in replies if r.get("exact_match_rate") is not None]
     shown = [r for r in replies if proved(r)]
-    if scored:  # the shared batches measure every reply they came with; a proved reply scores 100 % there too
-        recognizable = 100 * _mean(r["exact_match_rate"] for r in scored)
-    else:  # no batch: a proved reply's records are the node's, bit for bit (the update recomputed from them)
-        recognizable = 100 * len(shown) / len(replies)
+    # per reply: its shared batch's exact-match rate; else all of its records where proved (the update recomputed
+    # from them); else none (unknown: the figure is a lower bound)
+    recognizable = 100 * _mean(r["exact_match_rate"] if r in scored else float(r in shown) for r in replies)
     return {"replies": len(replies), "proved": len(shown), "scored": len(scored),
             "recognizable_percent": recognizable,
             "accuracy": _mean(r.get("accuracy") for r in scored),
