@@ -290,7 +290,7 @@ def summary(rows: list[dict]) -> list[dict]:
             continue  # another draw of restarts on the same batch: :func:`seed_table`
         groups.setdefault((r["dataset"], r["records"], r["restarts"], r["iterations"]), []).append(r)
     out = []
-    for (dataset, records, restarts, iterations), group in groups.items():
+    for (dataset, records, restarts, iterations), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0])):
         by = {impl: {r["batch"]: r for r in group if r["implementation"] == impl} for impl in IMPLEMENTATIONS}
         shared = sorted(set(by["fedleak"]) & set(by["reference"]))
         if not shared:
