@@ -127,6 +127,8 @@ def test_several_local_steps_go_to_tableak_an_estimate(tmp_path, monkeypatch):
     ('data = "records.csv"\nlabel = "salary"', "age,sex,income\n30,M,yes\n41,F,no\n", "records.csv: no label column "
                                                                                      "'salary'"),
     ('data = "records.csv"\nlabel = 3', "age,sex,income\n30,M,yes\n41,F,no\n", "label must be a column name"),
+    ('data = "records.csv"\nlabel = "income"', "age,sex,income\n30,M,yes\n,F,no\n",
+     "records.csv: row 2, column 'age': missing value"),
 ])
 def test_the_apps_records_file_is_checked_before_any_run(tmp_path, capsys, monkeypatch, settings, csv, said):
     from fedleak.integrations.flower import app_audit
