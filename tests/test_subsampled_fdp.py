@@ -54,3 +54,12 @@ def test_family_bound_below_the_claim_when_correct_and_above_it_when_noise_halve
     scores, included = _run(0.5, seed=4)
     halved = family_lower_bound(guess(scores, included, 0.05), SIGMA, Q, T, DELTA)
     assert halved["epsilon"] > 5.0 and halved["noise_lower"] < SIGMA  # seed 4: 5.30
+
+
+def test_search_stops_at_a_quarter_of_the_claimed_noise():
+    """A claim far above what ran (σ = 20 claimed, the canaries all but noiseless): the search stops at σ/4, where
+    the bound is that member's ε (valid, marked ``floor_reached``), instead of the PRV of ever smaller σ."""
+    scores, included = _run(0.001, seed=4)
+    r = family_lower_bound(guess(scores, included, 0.05), 20.0, Q, T, DELTA)
+    assert r["floor_reached"] and r["noise_lower"] == pytest.approx(5.0, rel=0.01)
+    assert r["epsilon"] == pytest.approx(accountant_epsilon(r["noise_lower"], Q, T, DELTA))

@@ -33,6 +33,8 @@ SUBSAMPLED_GAUSSIAN = ("on the subsampled Gaussian's own curve, not μ-GDP: Pois
                        "batch sizes were tested Poisson")
 #: the PRV's discretization errors: δ(ε) ≤ δ_est(ε − EPS_ERROR) + DELTA_ERROR
 EPS_ERROR, DELTA_ERROR = 0.01, 1e-9
+#: the ε grid of a profile stops here (the curve is a sup over the grid's (ε, δ(ε)): fewer points, a lower curve)
+MAX_EPSILON = 40.0
 
 
 @lru_cache(maxsize=256)
@@ -46,9 +48,11 @@ def profile(noise: float, q: float, steps: int, step: float = 0.01) -> tuple[np.
         warnings.simplefilter("ignore")
         dprv = acc._get_dprv(eps_error=EPS_ERROR, delta_error=DELTA_ERROR)
     t, p = np.asarray(dprv.domain.ts, float), np.asarray(dprv.pmf, float)
+    keep = t >= -1.0  # δ(ε ≥ 0) reads only t ≥ −ε_err; e^{−t} below would overflow for small σ
+    t, p = t[keep], p[keep]
     tail = np.flip(np.flip(p).cumsum())  # P[t' ≥ t_i]
     tail_e = np.flip(np.flip(p * np.exp(-t)).cumsum())  # E[e^{−t'}; t' ≥ t_i]
-    top = float(t[p > 0].max()) if np.any(p > 0) else 0.0
+    top = min(float(t[p > 0].max()) if np.any(p > 0) else 0.0, MAX_EPSILON)  # a sup over fewer ε: still a bound
     eps = np.arange(0.0, max(top, step) + step, step)
     i = np.minimum(np.searchsorted(t, eps - EPS_ERROR, side="left"), t.size - 1)
     inside = (eps - EPS_ERROR) <= t[-1]
@@ -93,8 +97,11 @@ def family_lower_bound(g: Guesses, noise: float, q: float, steps: int, delta: fl
     """σ_L (the smallest multiplier on the grid σ·(1 + tolerance)^k that the guesses reject at ``confidence``;
     every larger one is rejected too, the family being ordered) and ε_L = the accountant's ε(δ) of σ_L: the
     mechanism is less private than any member with ε < ε_L. ``noise`` (the claim's σ) anchors the grid only.
-    ε_L = 0 when no member up to 64 σ is rejected, ∞ when even σ/64 is."""
+    ε_L = 0 when no member up to 64 σ is rejected. The search goes down to σ/4 at most (below it the PRV of the
+    family grows huge while the verdict is already "violated"): rejected there too, ε_L is that member's ε, a
+    valid but not the largest bound (``floor_reached``)."""
     level, limit = 1.0 - confidence, int(math.ceil(math.log(64) / math.log1p(tolerance)))
+    floor = int(math.ceil(math.log(4) / math.log1p(tolerance)))
 
     def sigma(k: int) -> float:
         return float(noise) * (1.0 + tolerance) ** k
@@ -105,10 +112,11 @@ def family_lower_bound(g: Guesses, noise: float, q: float, steps: int, delta: fl
     if rejected(0):  # the claim itself is rejected: walk down to a member that is not
         low, high, width = -1, 0, 1
         while rejected(low):
+            if low == -floor:
+                return {"noise_lower": sigma(low), "epsilon": accountant_epsilon(sigma(low), q, steps, delta),
+                        "assumption": SUBSAMPLED_GAUSSIAN, "floor_reached": True}
             high, width = low, width * 2
-            low = -width
-            if low < -limit:
-                return {"noise_lower": 0.0, "epsilon": math.inf, "assumption": SUBSAMPLED_GAUSSIAN}
+            low = max(-width, -floor)
     else:
         low, high, width = 0, 1, 1
         while not rejected(high):
