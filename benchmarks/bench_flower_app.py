@@ -9,9 +9,9 @@ benchmarks/results/flower_app.json`` rewrites the tracked file the docs cite. ``
 examples/flower-app-dp-nodes`` runs the canary-node example instead (issue 42 item 2; ``--run-config
 'no-clip-on="1,3"'`` plants the missing mod): its canary nodes' findings and cost are recorded too
 (``flower_app_dp_nodes_faulty.json`` / ``flower_app_dp_nodes_correct.json``). ``--app examples/flower-tabular-app``
-runs the app of records (issue 44; ``flower_app_tabular.json``; ``--run-config "local-epochs=5"`` makes TabLeak's
-FedAvg case): each threat model's attacks (replies proved, records whole, cells right beside the baselines) are
-recorded too.
+runs the app of records (issue 44; ``flower_app_tabular.json``; with ``--run-config "local-epochs=5
+num-server-rounds=1 num-clients=2"`` TabLeak's FedAvg case, ``flower_app_tabular_fedavg.json``): each threat model's
+attacks (replies proved, records whole, cells right beside the baselines) are recorded too.
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ def app_lines(rows: list[dict]) -> str:
 
 
 #: the tabular Flower app audited by its README's command (``bench_flower_app.py --app examples/flower-tabular-app``)
-APP_RESULTS = [OUT.with_name("flower_app_tabular.json")]
+APP_RESULTS = [OUT.with_name("flower_app_tabular.json"), OUT.with_name("flower_app_tabular_fedavg.json")]
 
 
 def app_line(r: dict) -> str:
@@ -314,7 +314,9 @@ def app_line(r: dict) -> str:
     cells = (f", cells right {_pct(a['accuracy'])} % (prior baseline {_pct(a['prior_accuracy'])} %, random "
              f"{_pct(a['random_accuracy'])} %)" if a.get("accuracy") is not None else "")
     loads = f"{r['load_average_before'][0]:.1f}–{r['load_average_after'][0]:.1f}"
-    return (f"`fedleak {r['command'].replace('--out TMP/report', '--out DIR')}`: exit {r['exit_code']}, honest server "
+    command, _, overrides = r["command"].replace("--out TMP/report", "--out DIR").partition(" --run-config ")
+    command += f' --run-config "{overrides}"' if overrides else ""  # the overrides are one argument
+    return (f"`fedleak {command}`: exit {r['exit_code']}, honest server "
             f"{tm['verdict']} ({tm['evidence']}): {tm['strongest']} on {a['replies']} replies, {a['proved']} proved, "
             f"records whole {a['recognizable_percent']:.0f} %{cells}; {r['cpu_seconds_child']:.0f} CPU-s, "
             f"{r['wall_seconds']:.0f} s wall at load average {loads} (commit {r['commit']}).")
