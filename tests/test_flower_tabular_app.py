@@ -1,6 +1,6 @@
 """``fedleak audit --flower-app examples/flower-tabular-app`` (issue 44): a Flower app of records audited like an
-image app — the record table, the verdict by the tabular rule, the DP line — through the tabular modality object
-(no modality branch in ``integrations/``: ``tests/test_modality.py``).
+image app — the record table, the verdict by the tabular rule, the DP line (Flower's DP wrapper, canaries) —
+through the tabular modality object (no modality branch in ``integrations/``: ``tests/test_modality.py``).
 
 The app is the shipped example, loaded and audited by the real command; only Flower's Ray runtime is replaced by
 fedleak's in-process grid (:func:`fedleak.integrations.flower.grid.run_inline`: the same ServerApp, ClientApp,
@@ -36,8 +36,9 @@ def _inline(app, watch, supernodes, share_truth, node_configs=None):
 
 @pytest.fixture(scope="module")
 def one_step(tmp_path_factory):
-    """The example as shipped (one local step per round), 2 nodes x 4 records, 1 round, the first node sharing its
-    batch and the second not (each node's own node config): one run for every check."""
+    """The example as shipped (one local step per round), 2 nodes x 4 records, 1 round, inside Flower's server-side
+    DP wrapper (noise 0.5) with 20 canaries, the first node sharing its batch and the second not (each node's own
+    node config): one run for every check."""
     from fedleak.integrations.flower import app_audit
 
     nodes = [{"partition-id": 0, "num-partitions": 2, "share-truth": True},
@@ -48,7 +49,8 @@ def one_step(tmp_path_factory):
     before = sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*") if "__pycache__" not in p.parts)
     try:
         code = main(["audit", "--flower-app", str(EXAMPLE), "--out", str(out), "--quiet",
-                     "--run-config", "num-server-rounds=1 num-clients=2 records=4 batch-size=4"])
+                     "--run-config", "num-server-rounds=1 num-clients=2 records=4 batch-size=4 dp-noise=0.5 "
+                                     "fedleak-canaries=20"])
     finally:
         patch.undo()
     after = sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*") if "__pycache__" not in p.parts)
@@ -68,7 +70,10 @@ def test_one_local_step_proves_every_record_and_the_report_shows_them(one_step):
     assert spear["recognizable_percent"] == 100.0 and spear["accuracy"] == 1.0
     assert spear["prior_accuracy"] < 0.7  # the marginal baseline beside it
     assert honest["truth"] == "client-reported batches of 1 of 2 attacked replies"
-    assert metrics["overall"]["line"] == "honest: high · malicious: not run · DP: none configured"
+    # the DP line as for an image app: Flower's server-side DP wrapper, its claim tested by 20 canaries
+    assert metrics["flower"]["strategies"] == ["DifferentialPrivacyServerSideFixedClipping > FedAvg"]
+    assert metrics["dp_verdict"]["verdict"] == "consistent"
+    assert metrics["overall"]["line"] == "honest: high · malicious: not run · DP: claim holds at 20 canaries"
     page = (out / "report.html").read_text()
     assert page.count("reconstructed (whole)") == 4  # the sharing node's records under their originals, all green
     assert page.count("<td>recovered</td>") == 4  # the other node's, decoded alone: the server never saw its data
