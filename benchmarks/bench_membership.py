@@ -209,8 +209,12 @@ def main() -> None:
             got = adam_fit_scores(model, update, cands, None, seed=args.seed, layers=args.layers, sweep=sweep)
             row["gradient_coordinates"] = {"fitted": got["parameters"], "kept": got["kept"], "silent": got["silent"],
                                            "layers": got["layers"] or "all", "tensors": got["tensors"]}
+            total, parts = time.process_time() - cpu, got["cpu_seconds"]
             for name, key in (("joint-fit", "joint"), ("adam-fit", "scores")):
-                row[name] = summary(got[key], members, got["seconds"]) | {"cpu_seconds": time.process_time() - cpu,
+                # the AdamW fit's cost: its gradients and its fit; the joint fit, cosines and sub-fits are extras
+                own = parts["gradients"] + (parts["fit"] if name == "adam-fit" else parts["joint_cosines_sweep"])
+                row[name] = summary(got[key], members, got["seconds"]) | {"cpu_seconds": own, "cpu_parts": parts,
+                                                                          "cpu_seconds_all_statistics": total,
                                                                           "shared_gradients": True}
                 pooled.setdefault(name, ([], []))[0].extend(got[key])
                 pooled[name][1].extend(members)

@@ -78,7 +78,8 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
     """``{scores (the coefficients), joint (the plain fit on the same gradients), cosine (centred), raw (cosine),
     seconds, parameters, kept, silent, layers}`` for the candidate sequences ``ids`` (M, L): one gradient per
     candidate serves all. ``layers``: the LoRA adapters of the last k blocks only (None: every trainable parameter).
-    ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0).
+    ``silent``: kept coordinates no candidate's gradient moves (a first round's LoRA A: B = 0, so ∇A = 0; such A
+    matrices are not differentiated at all). ``cpu_seconds``: {gradients, fit (the AdamW fit), joint_cosines_sweep}.
     ``sweep`` (j, …): also ``sweep_scores`` {j: the AdamW fit on the last j blocks only}, from the same gradients."""
     from .lora_grads import block_of, is_lora, last_layers
 
@@ -89,8 +90,15 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
     lora = is_lora(every) and callable(getattr(model, "loss_fn", None))
     if layers is not None and not lora:
         raise FedleakError("adam-fit: layers (the last k blocks) needs an update of LoRA adapters only")
-    names = last_layers(every, layers)
+    chosen = last_layers(every, layers)
+    # a LoRA A whose B is 0 at θˢ (a first round) has ∇A = s·Bᵀ(∂ℓ/∂z)xᵀ = 0 for every candidate: no column of the fit
+    skipped = [n for n in chosen if lora and ".lora_A." in n
+               and not bool(update.server_params[n.replace(".lora_A.", ".lora_B.")].any())]
+    names = [n for n in chosen if n not in skipped] or chosen
+    skipped = [n for n in skipped if n not in names]
     numel = sum(update.server_params[k].numel() for k in names)
+    skipped_numel = sum(update.server_params[k].numel() for k in skipped)
+    clock = time.process_time()
     keep = coordinates(numel, ids.shape[0], seed)
     transform = (lambda flat: flat[keep]) if keep is not None else None
     delta = _flat(update.pseudo_gradient(), names)
@@ -100,7 +108,11 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
                                 progress=progress)
     batch = update.protocol.batch_size_for(update.num_samples)
     optimizer = update.protocol.optimizer
+    cpu = {"gradients": time.process_time() - clock}
+    clock = time.process_time()
     scores = fit_scores(grads, delta, optimizer, batch)
+    cpu["fit"] = time.process_time() - clock
+    clock = time.process_time()
     plain = joint_fit(grads, delta)
     raw, centred = _cosines(grads, delta), _cosines(grads - grads.mean(0, keepdim=True), delta)
     swept = {}
@@ -113,11 +125,14 @@ def adam_fit_scores(model: nn.Module, update: Update, ids: torch.Tensor, labels:
         for j in sweep:
             cols = blocks >= order[-min(int(j), len(order))]
             swept[int(j)] = fit_scores(grads[:, cols], delta[cols], optimizer, batch).tolist()
-    return {"scores": scores.tolist(), "sweep_scores": swept, "joint": plain.tolist(), "cosine": centred.tolist(), "raw": raw.tolist(),
+    cpu["joint_cosines_sweep"] = time.process_time() - clock
+    return {"scores": scores.tolist(), "sweep_scores": swept, "cpu_seconds": cpu, "joint": plain.tolist(),
+            "cosine": centred.tolist(), "raw": raw.tolist(),
             "seconds": time.perf_counter() - start,
-            "parameters": int(numel), "kept": int(delta.numel()), "layers": layers,
-            "tensors": {"trainable": len(every), "fitted": len(names)}, "optimizer": optimizer, "batch": int(batch),
-            "silent": int((grads == 0).all(0).sum()),
+            "parameters": int(numel + skipped_numel), "kept": int(delta.numel() + skipped_numel), "layers": layers,
+            "tensors": {"trainable": len(every), "fitted": len(names), "skipped_silent": len(skipped)},
+            "optimizer": optimizer, "batch": int(batch),
+            "silent": int((grads == 0).all(0).sum()) + skipped_numel,
             "statistic": ("coefficient of the candidate's gradient (at the server's weights), each coordinate scaled by "
                           "AdamW's linearised step 1/sqrt(mu^2 + sigma^2/b) from the candidates, in the least-squares "
                           "fit of the update on all candidates jointly" if optimizer == "adamw" else
