@@ -12,8 +12,9 @@ prior) at B = 32; every row has the random and prior (marginal) baselines beside
 the whole-record exact-match rate, and the entropy-selected quartiles. ``spear`` and ``analytic-fc`` on a FedSGD
 batch of 4 and 8: proved or not. The malicious server's ``imprint`` (128 bins, distribution fitted on 256 records of
 the test split) at B = 32, and its certified slabs (``vgia``, 64 / 128 hyperplanes, offsets from the same 256
-records) at B = 8 and 32: records certified, bit-exact, false certificates. The Flower tabular demo timed (``flower-tabular-demo``). Those
-rows go to ``docs/tabular-flower.md``, the rest to ``docs/tabular.md``.
+records) at B = 8 and 32: records certified, bit-exact, false certificates. The Flower tabular demo timed
+(``flower-tabular-demo``). Those rows (and the tabular Flower app's runs of ``bench_flower_app.py``) go to
+``docs/tabular-flower.md``, the rest to ``docs/tabular.md``.
 
 Every job is one line of ``benchmarks/results/tabular.json`` (rewritten after each job; jobs already there are
 skipped, so a stopped run resumes), with CPU seconds, wall seconds, threads, load average and device.
