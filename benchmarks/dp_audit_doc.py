@@ -212,9 +212,9 @@ def block_opacus(r: dict, planted: dict) -> str:
         if weak:
             lines += ["", f"Not at p < 0.01: {', '.join(weak)} — found by the verdict (the 95 % bound above the "
                           "claimed ε, or a finding), not by the pre-registered tests at the 1 % level."]
+        kinds: dict = {}
         if flower.get("correct"):
             flagged = sum(c["detected"] for c in flower["correct"])
-            kinds: dict = {}
             for c in flower["correct"]:
                 kind = ("LocalDpMod" if "local" in c["defense"] else "adaptive clipping" if "adaptive=1" in c["defense"]
                         else "fixed clipping")
@@ -225,16 +225,21 @@ def block_opacus(r: dict, planted: dict) -> str:
                           + f"); smallest p {min(c['p'] for c in flower['correct']):.2g}"
                           + (f"; noise seen {min(ratios):.2f}–{max(ratios):.2f}× the claimed" if ratios else "")
                           + ("" if flower.get("done") else " (run not complete)") + "."]
-            steps = [c["clip_norms"][i + 1] / c["clip_norms"][i] for c in kinds.get("adaptive clipping", [])
-                     for i in range(len(c.get("clip_norms") or []) - 1)]
-            seen = [c["noise_ratio"] for c in kinds.get("adaptive clipping", []) if c.get("noise_ratio") is not None]
-            if steps and seen:
-                lines += ["", f"Adaptive clipping: Flower 1.42's wrapper updates the clip norm before it adds the "
-                              f"noise (σ_Δ·C_{{t+1}}, where round t's updates were clipped at C_t); here C_{{t+1}}/C_t "
-                              f"= {min(steps):.2f}–{max(steps):.2f} (the canaries, 3 in 4 above C, push C down), and "
-                              f"the aggregates carry {min(seen):.2f}–{max(seen):.2f}× (mean "
-                              f"{sum(seen) / len(seen):.2f}×) the noise the claim needs: the canaries separate more "
-                              "than the claim allows, which the z-test can flag (estimated)."]
+        adaptive = flower.get("adaptive") or kinds.get("adaptive clipping", [])
+        steps = [c["clip_norms"][i + 1] / c["clip_norms"][i] for c in adaptive
+                 for i in range(len(c.get("clip_norms") or []) - 1)]
+        seen = [c["noise_ratio"] for c in adaptive if c.get("noise_ratio") is not None]
+        if steps and seen:
+            lines += ["", f"Adaptive clipping as Flower 1.42 releases it ({len(adaptive)} runs, kept apart from the "
+                          f"correct configurations; {sum(c['detected'] for c in adaptive)} flagged): its wrappers "
+                          f"update the clip norm before they add the noise (`_geometric_update` before "
+                          f"`_add_noise_to_aggregated_arrays` in `dp_adaptive_clipping.py`), so round t's updates, "
+                          f"clipped at C_t, get σ_Δ·C_{{t+1}} where Andrew et al.'s Alg. 1 adds σ_Δ·C_t; here "
+                          f"C_{{t+1}}/C_t = {min(steps):.2f}–{max(steps):.2f} (the canaries, 3 in 4 above C, push C "
+                          f"down), and the aggregates carry {min(seen):.2f}–{max(seen):.2f}× (mean "
+                          f"{sum(seen) / len(seen):.2f}×) the noise the claim needs. A flag there is the library "
+                          "falling short of its claim, found from the released aggregates "
+                          "(tests/test_flower_adaptive_noise_order.py reads the same from one round's output)."]
     if r.get("correct"):
         flagged = sum(c["verdict"] != "consistent at this budget" for c in r["correct"])
         faults = [c["smallest_noise_fault"] for c in r["correct"] if c["smallest_noise_fault"] is not None]
