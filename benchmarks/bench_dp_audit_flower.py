@@ -41,6 +41,8 @@ ROUNDS, CLIENTS, M, DELTA = 5, 10, 1000, 1e-5
 CORRECT = {"central": 14, "local": 6}
 #: adaptive clipping as Flower 1.42 releases it (noise with the next round's clip norm): reported apart
 ADAPTIVE = 6
+#: canaries of the BatchNorm row (no planted fault: Flower < 1.45 noises integer buffers, flwr #8381)
+BN_CANARIES = 200
 P_NOTE = ("Bonferroni ×4 over the pre-registered tests: the claim test (one-sided guesses, claim_design), the 95 % "
           "bound's guesses (10 % each side) against the claimed μ, the per-node tests (aggregates Bonferroni ×K, "
           "replies ×2K, then ×2), the noise-scale χ² test of the released aggregates on the unseen canaries' "
@@ -83,6 +85,74 @@ def run(defense: str, fault: list, seed: int = 0) -> dict:
             "epsilon_gdp": r["lower_bounds"][r["threat"]]["epsilon_gdp"],
             "epsilon_approx_dp": r["lower_bounds"][r["threat"]]["epsilon_approx_dp"], "reasons": v["reasons"],
             "findings": check["findings"], "clip_norms": r.get("adaptive_clipping", {}).get("clip_norms"),
+            "cpu_seconds": round(time.process_time() - start, 1), "threads": torch.get_num_threads()}
+
+
+def run_batchnorm(seed: int = 0, canaries: int = BN_CANARIES, clients: int = CLIENTS, rounds: int = ROUNDS,
+                  batchnorm: bool = True) -> dict:
+    """No planted fault: flwr 1.42's own ``DifferentialPrivacyClientSideFixedClipping`` + ``fixedclipping_mod`` on a
+    small model with BatchNorm whose ClientApps send ``state_dict()`` (``num_batches_tracked`` int64 included), as a
+    user's Flower app does; canary nodes run the nodes' mods (:func:`run_canary_nodes`). Detected: the integer
+    buffer released off the replies' average (:mod:`fedleak.privacy.buffer_check`, an exact check: p is None)."""
+    import numpy as np
+    import torch
+    from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.clientapp.mod import fixedclipping_mod
+    from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
+
+    from fedleak.integrations.flower.canary_nodes import run_canary_nodes
+    from fedleak.privacy.gdp import mu_of
+
+    start = time.process_time()
+    torch.manual_seed(seed)
+    norm = torch.nn.BatchNorm1d(16) if batchnorm else torch.nn.LayerNorm(16)  # LayerNorm: no integer buffer
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), norm, torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    g = torch.Generator().manual_seed(seed)
+    data = [(torch.randn(20, 8, generator=g), torch.randint(0, 2, (20,), generator=g)) for _ in range(clients)]
+
+    def record(model) -> ArrayRecord:
+        return ArrayRecord({k: Array(v.detach().cpu().numpy().copy()) for k, v in model.state_dict().items()})
+
+    def app_of(k: int) -> ClientApp:
+        app = ClientApp(mods=[fixedclipping_mod])
+
+        @app.train()
+        def train(msg: Message, context) -> Message:
+            key, rec = next(iter(msg.content.array_records.items()))
+            net.load_state_dict({n: torch.from_numpy(np.asarray(a)).to(net.state_dict()[n].dtype)
+                                 for n, a in zip(rec.keys(), rec.to_numpy_ndarrays())})
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            x, y = data[k]
+            for i in range(0, 20, 10):  # two local steps: num_batches_tracked += 2
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(x[i:i + 10]), y[i:i + 10]).backward()
+                opt.step()
+            return Message(RecordDict({key: record(net), "metrics": MetricRecord({"num-examples": 20})}), reply_to=msg)
+
+        return app
+
+    noise = math.sqrt(rounds) / mu_of(4.0, DELTA)
+    initial = record(net)
+    r = run_canary_nodes(
+        [app_of(k) for k in range(clients)],
+        lambda n: DifferentialPrivacyClientSideFixedClipping(FedAvg(fraction_evaluate=0.0, min_train_nodes=n,
+                                                                    min_available_nodes=n), noise_multiplier=noise,
+                                                             clipping_norm=1.0, num_sampled_clients=n),
+        initial, nodes=clients, rounds=rounds, canaries=canaries, clip=1.0, seed=seed)
+    finding = r["buffer_finding"]
+    return {"library": "flwr 1.42", "fault": "batchnorm", "defense": f"flower-central-dp:noise={noise:.6f},clip=1,"
+            f"clients={clients} (DifferentialPrivacyClientSideFixedClipping + fixedclipping_mod)",
+            "function_planted": "none: native in flwr 1.42 (flwr #8381)",
+            "model": f"Linear(8,16)-{type(norm).__name__}(16)-ReLU-Linear(16,2), state_dict() in the ArrayRecord",
+            "seed": seed, "canaries": canaries, "canaries_inserted": r["canaries_inserted"], "rounds": r["rounds"],
+            "detected": finding is not None, "p": None,
+            "p_note": "exact check (no statistics): an int64 reply entry released off the replies' weighted mean",
+            "arrays": (finding or {}).get("arrays", []), "finding": (finding or {}).get("sentence"),
+            "detail": (finding or {}).get("detail"), "privacy_violation": False,
+            "nodes_flagged_by_replies": r["nodes_flagged_by_replies"],
+            "nodes_flagged_by_aggregates": r["nodes_flagged_by_aggregates"],
+            "noise_test_p": r["noise_test"].get("p_value"),
             "cpu_seconds": round(time.process_time() - start, 1), "threads": torch.get_num_threads()}
 
 

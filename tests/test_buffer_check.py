@@ -53,3 +53,29 @@ def test_no_integer_buffers_or_plain_fedavg_gives_no_finding():
     start = {"w": np.zeros(5, np.float32), "n": np.array(7, np.int64)}
     replies = [{"w": np.full(5, 3, np.float32), "n": np.array(v, np.int64)} for v in (8, 9)]
     assert _aggregate(FedAvg(), start, replies) is None
+
+
+def _bench():
+    import importlib
+    import sys
+    from pathlib import Path
+
+    path = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, path)
+    try:
+        return importlib.import_module("bench_dp_audit_flower")
+    finally:
+        sys.path.remove(path)
+
+
+def test_canary_nodes_federation_with_batchnorm_reports_the_buffer_and_runs_through():
+    """The client-level audit's recorder (canary_nodes._Recorder) on flwr 1.42's DifferentialPrivacyClientSide-
+    FixedClipping + fixedclipping_mod, ClientApps sending state_dict(): the counter is named, every round; with
+    LayerNorm (no integer buffer) nothing is reported."""
+    bench = _bench()
+    row = bench.run_batchnorm(0, canaries=8, clients=2, rounds=2)
+    assert row["detected"] and row["arrays"] == ["1.num_batches_tracked"] and row["rounds"] == 2
+    assert row["detail"]["1.num_batches_tracked"]["rounds"] == [1, 2]
+    assert row["nodes_flagged_by_replies"] == []  # the canaries still read the weights right
+    clean = bench.run_batchnorm(0, canaries=8, clients=2, rounds=2, batchnorm=False)
+    assert not clean["detected"] and clean["finding"] is None and clean["rounds"] == 2

@@ -34,13 +34,14 @@ def _named(record) -> list:
 
 
 def integer_entries(records: Iterable) -> dict:
-    """Name → dtype of the entries integer-typed in every one of ``records`` (the replies of one round)."""
+    """Name → dtype of the entries integer-typed, with one shape, in every one of ``records`` (one round's
+    replies)."""
     out: Optional[dict] = None
     for record in records:
-        ints = {name: str(a.dtype) for name, a in _named(record)
+        ints = {name: (str(a.dtype), a.shape) for name, a in _named(record)
                 if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_}
         out = ints if out is None else {k: v for k, v in out.items() if ints.get(k) == v}
-    return out or {}
+    return {name: dtype for name, (dtype, _) in (out or {}).items()}
 
 
 class BufferCheck:
@@ -51,20 +52,24 @@ class BufferCheck:
 
     def __init__(self) -> None:
         self.expected: dict = {}  # name → (integer dtype in the replies, weighted mean, low, high)
+        self.names: dict = {}  # name → dtype of the entries integer-typed in every reply of some round
         self.seen: dict = {}  # name → {"replies_dtype", "released_dtype", "rounds", "example", "mean"}
         self.rounds = 0
 
     def replies(self, records: Iterable, weights: Optional[Iterable] = None) -> None:
         """The round's replies as the server received them (ArrayRecords, before aggregation); ``weights``: their
         example counts (FedAvg's ``num-examples``), if known."""
-        records = [_named(r) for r in records]
-        ints = integer_entries(dict(r) for r in records)
+        records = [dict(_named(r)) for r in records]
+        for name, dtype in integer_entries(records).items():
+            self.names.setdefault(name, dtype)  # integer in every reply once: a buffer from then on
         w = None if weights is None else np.asarray(list(weights), float)
         if w is not None and (w.size != len(records) or not np.all(w >= 0) or w.sum() <= 0):
             w = None
         self.expected = {}
-        for name, dtype in ints.items():
-            values = np.stack([np.asarray(dict(r)[name], float) for r in records])
+        for name, dtype in self.names.items():
+            if not records or any(name not in r or np.shape(r[name]) != np.shape(records[0][name]) for r in records):
+                continue
+            values = np.stack([np.asarray(r[name], float) for r in records])  # a canary echoes a float release
             mean = None if w is None else np.tensordot(w / w.sum(), values, axes=1)
             self.expected[name] = (dtype, mean, values.min(axis=0), values.max(axis=0))
 

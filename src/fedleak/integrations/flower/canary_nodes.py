@@ -49,6 +49,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.task_identity import TaskIdentity
 
 from ...errors import FedleakError
+from ...privacy.buffer_check import BufferCheck
 from ...privacy.canaries import Canaries
 from .canary_replies import NOISE_MARGIN, NoiseProbe, reply_test  # noqa: F401  (re-exported)
 from .grid import InlineGrid
@@ -56,6 +57,9 @@ from .grid import InlineGrid
 #: canary j is node CANARY_NODE + j (real nodes are 1…K)
 CANARY_NODE = 1_000_000
 KEY_CLIPPING_NORM = "clipping_norm"
+#: the names of the entries integer-typed in the initial arrays, sent to canary nodes (left out of the canary vector
+#: even after a DP wrapper released them as floats: flwr #8381, :mod:`fedleak.privacy.buffer_check`)
+KEY_SKIP = "fedleak-integer-arrays"
 
 
 def train_mods(app, action: str = "default") -> list:
@@ -76,21 +80,21 @@ def train_mods(app, action: str = "default") -> list:
     return mods
 
 
-def _floats(record: ArrayRecord, arrays: Optional[list] = None) -> tuple[np.ndarray, list]:
+def _floats(record: ArrayRecord, arrays: Optional[list] = None, skip=frozenset()) -> tuple[np.ndarray, list]:
     arrays = record.to_numpy_ndarrays() if arrays is None else arrays  # Flower deserializes on every call
     layout = [(name, a.shape, a.dtype) for name, a in zip(record.keys(), arrays)]
-    flat = np.concatenate([a.reshape(-1).astype(np.float64) for a in arrays
-                           if np.issubdtype(a.dtype, np.floating)] or [np.zeros(0)])
+    flat = np.concatenate([a.reshape(-1).astype(np.float64) for name, a in zip(record.keys(), arrays)
+                           if np.issubdtype(a.dtype, np.floating) and name not in skip] or [np.zeros(0)])
     return flat, layout
 
 
-def _rebuild(record: ArrayRecord, flat: np.ndarray, arrays: Optional[list] = None) -> ArrayRecord:
+def _rebuild(record: ArrayRecord, flat: np.ndarray, arrays: Optional[list] = None, skip=frozenset()) -> ArrayRecord:
     out, start = {}, 0
     for name, a in zip(record.keys(), record.to_numpy_ndarrays() if arrays is None else arrays):
-        if np.issubdtype(a.dtype, np.floating):
+        if np.issubdtype(a.dtype, np.floating) and name not in skip:
             a = flat[start:start + a.size].reshape(a.shape).astype(a.dtype)
             start += a.size
-        out[name] = Array(np.ascontiguousarray(a))
+        out[name] = Array(np.ascontiguousarray(a).reshape(a.shape))  # a 0-d buffer stays 0-d
     return ArrayRecord(out)
 
 
@@ -102,6 +106,7 @@ class _Plan:
         self.metrics: dict = {}  # node k → its real reply's metrics this round (num-examples: the round's mean)
         self.examples: list = []
         self.directions: dict = {}
+        self.skip: frozenset = frozenset()  # entries integer-typed in the initial arrays (never canary coordinates)
 
     def direction(self, j: int, dim: int) -> np.ndarray:
         if j in self.directions:
@@ -124,13 +129,14 @@ class _Plan:
             if clip is None:
                 raise FedleakError("canary nodes: no clipping_norm in the train config; pass clip=")
             arrays = record.to_numpy_ndarrays()
-            theta, _ = _floats(record, arrays)
+            skip = self.skip | frozenset(config.get(KEY_SKIP, []))
+            theta, _ = _floats(record, arrays, skip)
             new = theta + raw * clip * self.direction(j, theta.size)
             # the metric keys of its own node's reply (a key a mod adds, such as the norm bit, is the mod's to add)
             metrics = dict(self.metrics.get(home) or next(iter(self.metrics.values()), None) or {"num-examples": 1})
             if "num-examples" in metrics and self.examples:
                 metrics["num-examples"] = type(metrics["num-examples"])(np.mean(self.examples))
-            return Message(RecordDict({key: _rebuild(record, new, arrays), "metrics": MetricRecord(metrics)}),
+            return Message(RecordDict({key: _rebuild(record, new, arrays, skip), "metrics": MetricRecord(metrics)}),
                            reply_to=msg)
 
         return train
@@ -154,13 +160,17 @@ class _Recorder(Strategy):
         self.projection_sum = np.zeros(plan.canaries.count)
         self.residual_sum = np.zeros(plan.canaries.count)  # ‖reply − θ_t − projection·u‖²/C_t², summed over rounds
         self.replies = np.zeros(plan.canaries.count, int)
+        self.buffers = BufferCheck()  # integer buffers the release clipped or noised (flwr #8381)
 
     def summary(self) -> None:
         self.strategy.summary()
 
     def configure_train(self, server_round, arrays, config, grid):
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        self.theta, _ = _floats(arrays)
+        if self.theta0 is None:
+            self.plan.skip = frozenset(name for name, a in zip(arrays.keys(), arrays.to_numpy_ndarrays())
+                                       if not np.issubdtype(a.dtype, np.floating))
+        self.theta, _ = _floats(arrays, skip=self.plan.skip)
         if self.theta0 is None:
             self.theta0 = self.theta.copy()
         sent = next((m for m in messages if m.content.config_records), None)
@@ -175,20 +185,25 @@ class _Recorder(Strategy):
         for r in replies:
             j = r.metadata.src_node_id - CANARY_NODE
             if 0 <= j < self.plan.canaries.count and not r.has_error() and r.content.array_records:
-                flat, _ = _floats(next(iter(r.content.array_records.values())))
+                flat, _ = _floats(next(iter(r.content.array_records.values())), skip=self.plan.skip)
                 u = self.plan.direction(j, flat.size)
                 change = flat - self.theta
                 along = float(u @ change)
                 self.projection_sum[j] += along / self.clip_t
                 self.residual_sum[j] += max(float(change @ change) - along ** 2, 0.0) / self.clip_t ** 2
                 self.replies[j] += 1
+        ok = [r for r in replies if not r.has_error() and r.content.array_records]
+        self.buffers.replies([next(iter(r.content.array_records.values())) for r in ok],
+                             [next(iter(r.content.metric_records.values()), {}).get("num-examples", 1)
+                              if r.content.metric_records else 1 for r in ok])
         try:
             result = self.strategy.aggregate_train(server_round, replies)
         except Exception as exc:  # noqa: BLE001 - Flower refusing the replies is itself a finding about the nodes
             raise FedleakError(f"{type(self.strategy).__name__} refused round {server_round}'s replies "
                                f"({type(exc).__name__}: {str(exc)[:160]}){_odd_replies(replies)}") from None
         if result and result[0] is not None:
-            new, _ = _floats(result[0])
+            self.buffers.release(result[0], server_round)
+            new, _ = _floats(result[0], skip=self.plan.skip)
             step = new - self.theta
             if self.probe is not None:  # the released aggregate on the unseen canaries' directions (noise test)
                 self.probe.add(step)
@@ -370,7 +385,7 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
             "aggregate_test": check, "reply_test": replies,
             "noise_test": probe.test([noise * c / total for c in recorder.clip_norms]),
             "nodes_flagged_by_replies": [r["node"] for r in replies if r["flagged"]],
-            "nodes_flagged_by_aggregates": check["flagged_clients"],
+            "nodes_flagged_by_aggregates": check["flagged_clients"], "buffer_finding": recorder.buffers.finding(),
             "cost": {"canary_replies": int(recorder.replies.sum()), "clientapp_calls_added": int(recorder.replies.sum()),
                      "seconds": round(seconds_run, 3), "rounds": recorder.rounds},
             "sees": ("the server sees replies only: a node's mod is inferred from its canaries' replies (projection "
