@@ -13,13 +13,17 @@ falling short of its claim, not a false alarm, so those runs are not counted amo
 lenet on the embedded digits, 10 clients × 10 samples, 5 rounds, claimed ε = 4 at δ = 1e-5 (central: σ = √5/μ(4);
 LocalDpMod: per-round ε 24 at δ 1e-5, clip 1), 1,000 canaries.
 
+Beside them (``native``), nothing planted: flwr 1.42's DP wrappers clip and noise BatchNorm's integer counter with
+the weights (flwr #8381, fixed in 1.45), found from the replies and the release (:func:`run_batchnorm`,
+:mod:`fedleak.privacy.buffer_check`).
+
 Per fault: library, function planted, detected (verdict not "consistent at this budget"), p (Bonferroni ×4 over the
 pre-registered tests: the claim test, the 95 % bound's guesses against the claimed μ, the per-node tests, the
 noise-scale χ² test of the released aggregates — the verdict's ``tests``, so p < 0.01 is never "consistent"),
 nodes named, canaries, CPU seconds. Written into ``flower_faults`` of ``--out`` after every run (the file's other
 keys, the Opacus entries, re-read and kept); rows already there are skipped unless ``--redo``.
 Run under ``nice -n 19`` with OMP_NUM_THREADS=1. Usage: python benchmarks/bench_dp_audit_flower.py
---out benchmarks/results/dp_audit_planted.json [--only central|adaptive|local] [--redo].
+--out benchmarks/results/dp_audit_planted.json [--only central|adaptive|local|batchnorm] [--redo].
 """
 
 from __future__ import annotations
@@ -162,7 +166,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=fresh("dp_audit_planted.json"),
                     help="results file; its flower_faults key is (re)written, other keys kept")
-    ap.add_argument("--only", choices=["central", "adaptive", "local"], help="(re-)measure one mechanism's rows")
+    ap.add_argument("--only", choices=["central", "adaptive", "local", "batchnorm"],
+                    help="(re-)measure one mechanism's rows (batchnorm: the native row, run_batchnorm)")
     ap.add_argument("--redo", action="store_true", help="re-measure rows already in the file")
     args = ap.parse_args()
     path = Path(args.out)
@@ -171,7 +176,7 @@ def main() -> None:
                   "adaptive": f"flower-central-dp:noise={noise:.6f},clip=1,clients={CLIENTS},adaptive=1",
                   "local": "flower-local-dp:clip=1,sensitivity=1,epsilon=24,delta=1e-5"}
     old = (json.loads(path.read_text()) if path.exists() else {}).get("flower_faults") or {}
-    wanted = {mechanisms[args.only]} if args.only else set(mechanisms.values())
+    wanted = {mechanisms[args.only]} if args.only in mechanisms else set() if args.only else set(mechanisms.values())
 
     def key(row):
         return row["defense"], row["fault"], row["seed"]
@@ -184,7 +189,7 @@ def main() -> None:
                     "data": "embedded digits", "clients": CLIENTS, "rounds": ROUNDS, "canaries": M,
                     "claim": f"central σ = {noise:.4f} (exact GDP ε = 4 at δ = 1e-5; adaptive: σ split by Flower "
                              "into σ_Δ and σ_b); LocalDpMod ε = 24/round, clip 1", "p_note": P_NOTE},
-           "faults": [], "correct": [], "adaptive": []}
+           "faults": [], "correct": [], "adaptive": [], "native": []}
 
     def save():
         out["meta"]["load_average"] = os.getloadavg()
@@ -208,9 +213,14 @@ def main() -> None:
         if row is not None:
             out[part].append(row)
             save()
+    # native in flwr 1.42, nothing planted: BatchNorm's integer counter clipped and noised (flwr #8381)
+    native = [] if args.redo and args.only in (None, "batchnorm") else old.get("native", [])
+    out["native"] = native or ([run_batchnorm()] if args.only in (None, "batchnorm") else [])
+    save()
     out["done"] = all(done.get((d, ",".join(f) or None, s)) is not None or d in wanted for _, d, f, s in plan)
     save()
     print(f"wrote {path}: {out['correct_flagged']} of {len(out['correct'])} correct configurations flagged; "
+          f"batchnorm (native) detected: {[r['detected'] for r in out['native']]}; "
           f"adaptive clipping as released: {out['adaptive_flagged']} of {len(out['adaptive'])} flagged")
 
 

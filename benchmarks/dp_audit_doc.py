@@ -240,6 +240,17 @@ def block_opacus(r: dict, planted: dict) -> str:
                           f"{sum(seen) / len(seen):.2f}×) the noise the claim needs. A flag there is the library "
                           "falling short of its claim, found from the released aggregates "
                           "(tests/test_flower_adaptive_noise_order.py reads the same from one round's output)."]
+        for f in flower.get("native") or []:  # nothing planted: the library's own behaviour (bench's run_batchnorm)
+            d = next(iter((f.get("detail") or {}).values()), {})
+            lines += ["", f"Native in {f['library']}, nothing planted ({f['function_planted'].split('(')[-1].rstrip(')')}): "
+                          f"{f['defense'].split(' (', 1)[-1].rstrip(')')} on {f['model']}, {f['canaries']:,} canaries, "
+                          f"{f['rounds']} rounds — detected: {'yes' if f['detected'] else 'no'} (exact check, no p)"
+                          + (f"; `{'`, `'.join(f['arrays'])}` ({d['replies_dtype']} in every reply) released as "
+                             f"{d['released_dtype']} off the replies' average in {len(d['rounds'])} of {f['rounds']} "
+                             f"rounds; nodes named by the replies: {', '.join(map(str, f['nodes_flagged_by_replies'])) or 'none'}. "
+                             "A finding beside the DP verdict, not a privacy violation: the buffers are corrupted and "
+                             "their change spends the clip budget (`fedleak/privacy/buffer_check.py`)."
+                             if f["detected"] else ".")]
     if r.get("correct"):
         flagged = sum(c["verdict"] != "consistent at this budget" for c in r["correct"])
         faults = [c["smallest_noise_fault"] for c in r["correct"] if c["smallest_noise_fault"] is not None]

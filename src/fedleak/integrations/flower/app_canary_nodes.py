@@ -39,7 +39,7 @@ from flwr.serverapp.strategy import Strategy
 
 from ...errors import FedleakError
 from ...privacy.canaries import Canaries
-from .canary_nodes import CANARY_NODE, KEY_CLIPPING_NORM, _floats, _Plan, _Recorder, canary_app, train_mods
+from .canary_nodes import CANARY_NODE, KEY_CLIPPING_NORM, KEY_SKIP, _floats, _Plan, _Recorder, canary_app, train_mods
 from .canary_replies import reply_test
 
 #: canary nodes at most (each included one is a simulated node beside the app's own: 64 in all, app_audit)
@@ -204,6 +204,9 @@ class NodeRecorder(_Recorder):
         if self.claim is not None:  # the canaries' C: the claim's clip norm, sent to the canary nodes only
             messages = [_with_clip(m, self.plan.clip) if self.canary(m.metadata.dst_node_id) is not None else m
                         for m in messages]
+        if self.plan.skip:  # integer entries of the initial arrays: never canary coordinates, even once released as
+            messages = [_with_config(m, {KEY_SKIP: sorted(self.plan.skip)})  # floats (flwr #8381, buffer_check)
+                        if self.canary(m.metadata.dst_node_id) is not None else m for m in messages]
         if not messages or not any(KEY_CLIPPING_NORM in c for m in messages for c in m.content.config_records.values()):
             self.error = ("canary nodes need the clip norm the nodes' mods use: the train config the strategy sends "
                           f"carries no {KEY_CLIPPING_NORM} (Flower's client-side DP wrappers, "
@@ -259,13 +262,17 @@ class NodeRecorder(_Recorder):
 def _with_clip(message, clip: float):
     """``message`` (its content shared with the other nodes' messages) with its own content whose config also
     carries ``clipping_norm`` = ``clip``: what a canary node's train function reads its C from."""
+    return _with_config(message, {KEY_CLIPPING_NORM: float(clip)})
+
+
+def _with_config(message, values: dict):
+    """``message`` with its own content whose config also carries ``values`` (the other nodes' messages keep theirs)."""
     from flwr.app import ConfigRecord, RecordDict
 
-    content = RecordDict({key: (ConfigRecord({**dict(value), KEY_CLIPPING_NORM: float(clip)})
-                                if isinstance(value, ConfigRecord) else value)
+    content = RecordDict({key: (ConfigRecord({**dict(value), **values}) if isinstance(value, ConfigRecord) else value)
                           for key, value in message.content.items()})
     if not content.config_records:
-        content["config"] = ConfigRecord({KEY_CLIPPING_NORM: float(clip)})
+        content["config"] = ConfigRecord(dict(values))
     message.content = content
     return message
 
@@ -340,6 +347,7 @@ def result(recorder: NodeRecorder, seconds: float, delta: float = 1e-5) -> dict:
     out = {"level": "client", "source": "flower canary nodes in Flower's simulation of the app",
            "nodes": recorder.nodes, "canaries": c.count, "canaries_inserted": int(included.sum()),
            "rounds": recorder.rounds, "clip_norms": recorder.clip_norms, "sees": SEES,
+           "buffer_finding": recorder.buffers.finding(),  # integer buffers released noised (flwr #8381)
            "cost": {"canary_replies": int(recorder.replies.sum()), "seconds": round(seconds, 3),
                     "per_canary_reply": "one ClientApp call of the node's own train function (its reply replaced "
                                         "by the canary inside the node's mods) and one more reply to aggregate"}}
