@@ -115,6 +115,20 @@ class BufferCheck:
                 "cause": CAUSE, "privacy_violation": False, "sentence": sentence}
 
 
+def dp_chain(strategy) -> tuple:
+    """(whether a Flower ``DifferentialPrivacy*`` wrapper is in ``strategy``'s chain of ``.strategy`` attributes,
+    the innermost strategy's ``weighted_by_key`` where it is a plain FedAvg/FedProx whose release is the weighted
+    mean, else None: the replies' range is checked instead). Without a DP wrapper nothing is checked: a server
+    optimizer (FedAdam) or LocalDpMod's noise on the replies is another matter."""
+    node, dp, inner = strategy, False, strategy
+    for _ in range(16):
+        if node is None:
+            break
+        dp, inner, node = dp or type(node).__name__.startswith("DifferentialPrivacy"), node, getattr(node, "strategy",
+                                                                                                    None)
+    return dp, (getattr(inner, "weighted_by_key", None) if type(inner).__name__ in ("FedAvg", "FedProx") else None)
+
+
 def check_release(replies: Iterable, released, weights: Optional[Iterable] = None,
                   server_round: Optional[int] = None) -> Optional[dict]:
     """One round: the replies' arrays (and example counts) and the released aggregate → the finding (or None)."""

@@ -49,7 +49,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.supercore.task_identity import TaskIdentity
 
 from ...errors import FedleakError
-from ...privacy.buffer_check import BufferCheck
+from ...privacy.buffer_check import BufferCheck, dp_chain
 from ...privacy.canaries import Canaries
 from .canary_replies import NOISE_MARGIN, NoiseProbe, reply_test  # noqa: F401  (re-exported)
 from .grid import InlineGrid
@@ -161,6 +161,7 @@ class _Recorder(Strategy):
         self.residual_sum = np.zeros(plan.canaries.count)  # ‖reply − θ_t − projection·u‖²/C_t², summed over rounds
         self.replies = np.zeros(plan.canaries.count, int)
         self.buffers = BufferCheck()  # integer buffers the release clipped or noised (flwr #8381)
+        self.buffer_check, self.weight_key = dp_chain(strategy)  # under a Flower DP wrapper only
 
     def summary(self) -> None:
         self.strategy.summary()
@@ -192,17 +193,18 @@ class _Recorder(Strategy):
                 self.projection_sum[j] += along / self.clip_t
                 self.residual_sum[j] += max(float(change @ change) - along ** 2, 0.0) / self.clip_t ** 2
                 self.replies[j] += 1
-        ok = [r for r in replies if not r.has_error() and r.content.array_records]
-        self.buffers.replies([next(iter(r.content.array_records.values())) for r in ok],
-                             [next(iter(r.content.metric_records.values()), {}).get("num-examples", 1)
-                              if r.content.metric_records else 1 for r in ok])
+        ok = [r for r in replies if not r.has_error() and r.content.array_records] if self.buffer_check else []
+        self.buffers.replies([next(iter(r.content.array_records.values())) for r in ok], None if not self.weight_key
+                             else [dict(next(iter(r.content.metric_records.values()), {})).get(self.weight_key, 1)
+                                   if r.content.metric_records else 1 for r in ok])
         try:
             result = self.strategy.aggregate_train(server_round, replies)
         except Exception as exc:  # noqa: BLE001 - Flower refusing the replies is itself a finding about the nodes
             raise FedleakError(f"{type(self.strategy).__name__} refused round {server_round}'s replies "
                                f"({type(exc).__name__}: {str(exc)[:160]}){_odd_replies(replies)}") from None
         if result and result[0] is not None:
-            self.buffers.release(result[0], server_round)
+            if self.buffer_check:
+                self.buffers.release(result[0], server_round)
             new, _ = _floats(result[0], skip=self.plan.skip)
             step = new - self.theta
             if self.probe is not None:  # the released aggregate on the unseen canaries' directions (noise test)
