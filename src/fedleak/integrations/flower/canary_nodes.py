@@ -288,7 +288,9 @@ def run_canary_nodes(client_apps: Union[ClientApp, Sequence[ClientApp], Callable
     canaries should see (default: the chain's ``noise_multiplier``·(n / ``num_sampled_clients``)); ``reply_noise``:
     the claimed noise on one reply in units of C (LocalDpMod's s/C; 0 for central DP); ``canary_set``: the canaries
     (default ``Canaries(canaries, d, seed, scale, nodes)``); ``log``: a line per round; ``keep_final``: also return
-    ``model_change`` ‖θ_T − θ_0‖."""
+    ``model_change`` ‖θ_T − θ_0‖. ``buffer_finding``: integer entries
+    (BatchNorm's counter) a DP wrapper released off the replies' average (:mod:`fedleak.privacy.buffer_check`), or
+    None."""
     from ...privacy.diagnose import diagnose
     from ...privacy.estimate import estimate
     from ...privacy.gdp import composed_mu
