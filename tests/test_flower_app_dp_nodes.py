@@ -180,6 +180,10 @@ def test_local_dp_nodes_canaries_come_back_clipped_and_noised_and_a_node_without
     assert verdict["verdict"] == "not in force" and verdict["nodes_missing_mod"] == [1, 3]
     assert "node(s) 1, 3 (their LocalDpMod missing, or not clipping and noising)" in verdict["evidence"]
     assert "reply noise 0× the claimed" in verdict["evidence"]
+    # integer buffers released noised (buffer_check, flwr #8381) are said beside the verdict, never change its level
+    sentence = "Integer buffers came back noised: 1 array(s) integer-typed in every reply (...)"
+    beside = node_verdict({**found, "buffer_finding": {"sentence": sentence}})
+    assert beside["verdict"] == verdict["verdict"] and beside["evidence"].endswith(f"; also seen: {sentence}")
     # the canaries' C reaches the canary nodes only: a real node's train config is the app's own
     assert all("clipping_norm" not in seen[k + 1] for k in range(5))
     assert all(seen[k + 1]["clipping_norm"] == 0.1 for k in range(5, n))

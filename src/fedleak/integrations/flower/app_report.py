@@ -177,8 +177,9 @@ def node_verdict(found: dict) -> dict:
                  f"by construction: {noise_by}), nodes flagged by the aggregates: "
                  f"{', '.join(map(str, check.get('flagged_clients') or [])) or 'none'}" if test else
                  f"; {found.get('note', 'no aggregate test')}")
+    buffers = (found.get("buffer_finding") or {}).get("sentence")  # beside the verdict, never its level
     text = f"{replies} (per-node reply test at p < 0.01, Bonferroni over {k} nodes, {m} canaries drawn, " \
-           f"{inserted} included){aggregate}; {sees}; {cost}"
+           f"{inserted} included){aggregate}; {sees}; {cost}" + (f"; also seen: {buffers}" if buffers else "")
     if check.get("evidence") == "proved":
         return {"verdict": "violated", "short": f"claim violated (proved) with {inserted} canary nodes",
                 "check": "canary nodes", "nodes_missing_mod": flagged,
