@@ -238,6 +238,7 @@ def test_flowertune_audit_states_the_condition_and_measures_membership(tmp_path)
     assert scenario["exactness"]["holds"] is False and scenario["exactness"]["tokens"] > 4
     m = result["membership"]
     assert m["candidates"] == 12 and 0.0 <= m["tpr_at_1pct_fpr"] <= 1.0 and 0.0 <= m["auc"] <= 1.0
+    assert m["fitted_blocks"] == "the LoRA adapters of the last 2 blocks"  # the benchmark's k: below the update's cost
     assert "membership-roc.png" in result["plots"] and (out / "membership-roc.png").is_file()
     assert "Membership of candidate documents" in (out / "report.html").read_text(encoding="utf-8")
 

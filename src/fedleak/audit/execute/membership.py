@@ -36,6 +36,9 @@ SPLIT = ("held back from the audited client's own data source — its file, or t
          "same documents — and trained on by no audited client (same distribution as the members)")
 JOINT_STATISTIC = ("coefficient of the candidate's gradient (at the server's weights) in the least-squares fit of the "
                    "update's pseudo-gradient on all candidates' gradients jointly")
+#: the LoRA blocks the fits use (bench_membership.py's rule: the largest k in 1, 2, 4, 8 whose scoring costs <= 0.9x
+#: the client's update at FlowerTune's CPU shape; k = 2)
+LORA_BLOCKS = 2
 SPLIT_FILE = "the user's --candidates file, a seeded half placed in the client's data, the rest held back"
 
 
@@ -164,7 +167,14 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
     if "joint-fit" in statistics or "adam-fit" in statistics:
         # one gradient per candidate serves both fits; the server does not know which candidate labels (next
         # tokens) the client saw: none is used
-        got = adam_fit_scores(model, update, ids, None, seed=seed, progress=tick("joint and AdamW fits"))
+        from ...attacks.text.lora_grads import is_lora
+
+        # a LoRA update is fitted on the last LORA_BLOCKS blocks' adapters: at FlowerTune's CPU shape that keeps the
+        # scoring below the client's own update at AUC >= 0.97 (benchmarks/results/membership_adamfit_seed*.json)
+        layers = LORA_BLOCKS if is_lora(list(update.server_params)) and callable(getattr(model, "loss_fn", None)) \
+            else None
+        got = adam_fit_scores(model, update, ids, None, seed=seed, layers=layers,
+                              progress=tick("joint and AdamW fits"))
         if "joint-fit" in statistics:
             results["joint-fit"] = _scored("joint fit", got["joint"], truth, got["seconds"], JOINT_STATISTIC)
         if "adam-fit" in statistics:
@@ -175,7 +185,9 @@ def measure(model, client: ClientData, outside: Optional[ClientData], protocol, 
                             "tpr_at_0.1pct_fpr": cosine["tpr_at_0.1pct_fpr"]},
                  "raw_cosine": {"auc": raw["auc"], "tpr_at_1pct_fpr": raw["tpr_at_1pct_fpr"]},
                  "trainable_parameters": got["parameters"], "gradient_coordinates": got["kept"],
-                 "sketched": got["kept"] < got["parameters"]}
+                 "sketched": got["kept"] < got["parameters"],
+                 "fitted_blocks": (f"the LoRA adapters of the last {layers} blocks" if layers else "every trainable "
+                                   "parameter")}
     best = max(results, key=lambda k: (results[k]["auc"], results[k]["tpr_at_1pct_fpr"]))
     head = results[best]
     out = membership_metrics(head["scores"], truth)
