@@ -25,7 +25,8 @@ MORE_FLAGS = {
     "dp-audit": ["--canaries", "--canary-scale", "--delta", "--rounds", "--clients", "--samples", "--epochs", "--lr",
                  "--batch-size", "--fault", "--threat", "--model", "--data", "--seed", "--model-seed", "--defense"],
     "audit": ["--dropout", "--lora-dropout", "--membership", "--candidates", "--text-field", "--label-field",
-              "--seq-len", "--lora", "--lora-warmup", "--tune", "--tune-clients", "--sweep", "--data"],
+              "--seq-len", "--lora", "--lora-warmup", "--tune", "--tune-clients", "--sweep", "--data",
+              "--canary-nodes"],
     "convert-gguf": ["--to"],
 }
 DOOR_VALUES = TEXT_VALUES + ["text", "off", "shipped", "flower-central-dp:noise=1,clip=1,clients=4",

@@ -129,7 +129,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task", choices=["image", "text", "tabular"], default="image",
                         help="text: a FlowerTune-shaped LoRA federation of a causal LM, audited with dager; tabular: "
-                             "Adult records on the tabular MLP, audited with SPEAR (proved) or TabLeak")
+                             "Adult records on the tabular MLP, audited with SPEAR (exact, checked by recomputing the "
+                             "update) or TabLeak (an estimate)")
     parser.add_argument("--model", default=None, help="--task text: gpt2-tiny or llama-tiny; --task tabular: the "
                                                       "table, adult or german")
     parser.add_argument("--lora", type=int, default=32, help="--task text: LoRA rank R (alpha 2R; FlowerTune: 32)")
