@@ -14,14 +14,7 @@ from fedleak.data.tabular import load
 from fedleak.fl.client import local_training, sequential_schedule
 from fedleak.models import build
 from fedleak.types import Protocol
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from test_tabular_attacks import one_thread  # noqa: F401  (autouse: records are tiny matrices, one thread)
 
 
 @pytest.fixture(scope="module")
