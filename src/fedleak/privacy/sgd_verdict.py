@@ -65,7 +65,9 @@ def sgd_verdict(*, scores: np.ndarray, mean_shift: np.ndarray, included: np.ndar
             g = guess(np.r_[seen, unseen], inc, CLAIM_FRACTION, two_sided=True)
             return steinke_p_value(g.m, g.r, g.v, claimed, delta)
     hypothesis = check["claim_test"].get("hypothesis", "the claim")
-    return dp_verdict(epsilon_claimed=claimed, claim_name=claim_name, bound=bound, gaussian=gaussian,
+    analysis = {} if q == 1 else {"analysis": "f-DP of the Poisson-subsampled Gaussian (Mahloujifar et al., "
+                                              "ICML 2025, on its own trade-off curve)"}
+    return dp_verdict(epsilon_claimed=claimed, claim_name=claim_name, bound=bound, gaussian=gaussian, **analysis,
                       claim_test={"p_value": check["claim_test"]["p_value"], "hypothesis": hypothesis},
                       claim_test_rigorous=True, estimate_epsilon=estimate_epsilon,
                       z=z_test(mean_shift, included, q * math.sqrt(steps) / noise),

@@ -44,11 +44,15 @@ def _f(x) -> str:
     return "> 1000" if x > 1000 else f"{x:.2f}"
 
 
-def headline_bound(bound: dict, gaussian: Optional[str]) -> tuple[float, str]:
+GAUSSIAN_FDP = "Gaussian f-DP (Mahloujifar et al., ICML 2025)"
+
+
+def headline_bound(bound: dict, gaussian: Optional[str], analysis: str = GAUSSIAN_FDP) -> tuple[float, str]:
     """The proved ε of one threat's :func:`fedleak.privacy.one_run.lower_bounds` and the assumption it rests on:
-    the Gaussian f-DP figure only when ``gaussian`` (why the mechanism is Gaussian by construction) is given."""
+    the f-DP figure (``epsilon_gdp``) only when ``gaussian`` (why the mechanism's curve is the one ``analysis``
+    names, by construction) is given."""
     if gaussian:
-        return float(bound["epsilon_gdp"]), f"Gaussian f-DP (Mahloujifar et al., ICML 2025): {gaussian}"
+        return float(bound["epsilon_gdp"]), f"{analysis}: {gaussian}"
     return float(bound["epsilon_approx_dp"]), ASSUMPTION_FREE
 
 
@@ -101,7 +105,7 @@ def shift_power(n_in: int, n_out: int, shift: float, p_of: Callable[[np.ndarray,
 def dp_verdict(*, epsilon_claimed: float, claim_name: str, bound: dict, gaussian: Optional[str], claim_test: dict,
                claim_test_rigorous: bool, estimate_epsilon: float, z: Optional[dict], estimated_findings: list,
                alpha: float, budget: str, fault_test: Optional[Callable[[float], float]] = None,
-               arithmetic: tuple = (), tests: Optional[dict] = None) -> dict:
+               arithmetic: tuple = (), tests: Optional[dict] = None, analysis: str = GAUSSIAN_FDP) -> dict:
     """Decide the one verdict (module docstring). ``bound``: the headline threat's lower bounds; ``claim_test``:
     ``{"p_value", "hypothesis"}``; ``claim_test_rigorous``: its level holds for the audited mechanism (an (ε, δ)
     test, or a μ-GDP test of a Gaussian-by-construction mechanism); ``z``: :func:`z_test` or None;
@@ -112,7 +116,7 @@ def dp_verdict(*, epsilon_claimed: float, claim_name: str, bound: dict, gaussian
     level's other pre-registered tests, ``{name: p}`` (each already corrected for its own multiplicity, e.g. the
     noise-scale χ² test or the per-node tests): any p < α makes the verdict at least ``not in force (estimated)``,
     so ``consistent at this budget`` never stands beside a test that rejects."""
-    proved_eps, assumption = headline_bound(bound, gaussian)
+    proved_eps, assumption = headline_bound(bound, gaussian, analysis)
     p = float(claim_test["p_value"])
     bound_above = math.isfinite(epsilon_claimed) and proved_eps > epsilon_claimed
     test_rejects = p < alpha
