@@ -12,7 +12,6 @@ carries the configuration's hash, and a rerun with another configuration says wh
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -20,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import FedleakError
+from ..runs.identity import FORMAT, config_hash, environment  # noqa: F401  (re-exported: fedleak.audit.run.FORMAT)
 from . import report
 from .execute import malicious
 from .execute.engine import Auditor
@@ -31,8 +31,6 @@ from .plan import threats
 from .plan.combinations import check_plans
 from .plan.config import AuditConfig
 from .plan.points import attack_runs, configured_value, with_configured
-
-FORMAT = "fedleak.audit/2"
 
 
 def _config(config, settings: dict) -> AuditConfig:
@@ -130,10 +128,10 @@ def _audit(config=None, *, out="fedleak-report", progress="auto", log=print, **s
 
 def _locked(cfg, out: Path, log, progress, sweep, values, plans, device) -> dict:
     """The audit once its configuration is valid and ``out`` is locked: the data's modality runs it
-    (:mod:`fedleak.modality`; images and text through :func:`staged`)."""
+    (:mod:`fedleak.modality`; images and text through :func:`staged`, handed to it: the modality imports no stage)."""
     from ..modality import of as modality_of
 
-    return modality_of(cfg.data).audit(cfg, out, log, progress, sweep, values, plans, device)
+    return modality_of(cfg.data).audit(cfg, out, log, progress, sweep, values, plans, device, staged)
 
 
 def staged(modality, cfg, out: Path, log, progress, sweep, values, plans, device) -> dict:
@@ -221,12 +219,6 @@ def staged(modality, cfg, out: Path, log, progress, sweep, values, plans, device
     return result
 
 
-def config_hash(config: dict) -> str:
-    """A short hash of an audit's configuration (canonical JSON), stamped on ``metrics.json``."""
-    text = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def _previous(out: Path) -> dict:
     from ..config.json_safe import read_json_file
 
@@ -234,18 +226,6 @@ def _previous(out: Path) -> dict:
         return read_json_file(out / "metrics.json") if (out / "metrics.json").is_file() else {}
     except FedleakError:
         return {}
-
-
-def environment(device) -> dict:
-    """What the numbers depend on besides the configuration and seed (``docs/audit.md``, Reproducibility)."""
-    import platform
-
-    import torch
-
-    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(device),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
-            "reproducible_given": "the seed, the same torch build, CPU instruction set, thread count and device; "
-                                  "other float rounding changes the optimizations' results"}
 
 
 def _write(out: Path, result: dict, examples: list, log=None) -> None:

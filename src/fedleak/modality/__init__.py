@@ -7,6 +7,14 @@ recovered item (:mod:`.base`). :func:`of` returns the modality of an audit's ``d
 :class:`~fedleak.types.DataSpec` or a result names; adding a modality adds a package here and touches no stage
 module. Images (:mod:`.image`) and text (:mod:`.text`) walk the audit's shared stages; tables (:mod:`.tabular`)
 walk their own.
+
+Layering: the stages that ask this registry (:mod:`fedleak.audit.run`, the execute/plan/report drivers,
+:func:`fedleak.metrics.evaluate`, :mod:`fedleak.integrations.flower`) sit above the modality objects, and the
+objects import only what sits below them — the audit's helper modules that ask no modality (e.g.
+:mod:`fedleak.audit.plan.threats`, :mod:`fedleak.audit.report.labels`, :mod:`fedleak.audit.plan.malicious`),
+:mod:`fedleak.metrics.images`, :mod:`fedleak.runs.identity` — never a module that asks the registry, so the import
+graph holds no circle through here; the shared stages reach a modality by being handed to it
+(:meth:`Modality.audit`'s ``staged``).
 """
 
 from __future__ import annotations

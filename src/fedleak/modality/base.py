@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+#: the attack a Flower reply gets for each imprint structure of a shipped model (:meth:`Modality.flower_attack`)
+IMPRINT_ATTACKS = {"cumulative": "imprint", "sparse": "imprint-sparse", "one-shot": "imprint-one-shot", "cah": "cah"}
+
 
 class Modality:
     """One kind of data: its names, data loading, default model, attacks, metrics, report section, verdict."""
@@ -37,10 +40,9 @@ class Modality:
         """Whether the data name or path ``data`` is this modality's."""
         raise NotImplementedError
 
-    def audit(self, cfg, out, log: Callable, progress, sweep, values, plans, device) -> dict:
-        """Plan → execute → judge → report for this modality: the shared stages of :mod:`fedleak.audit.run`."""
-        from ..audit.run import staged
-
+    def audit(self, cfg, out, log: Callable, progress, sweep, values, plans, device, staged: Callable) -> dict:
+        """Plan → execute → judge → report for this modality: ``staged``, the shared stages
+        (:func:`fedleak.audit.run.staged`, handed in by the stage that calls, so that no modality imports a stage)."""
         return staged(self, cfg, out, log, progress, sweep, values, plans, device)
 
     # -- plan ---------------------------------------------------------------------------------------
@@ -87,6 +89,15 @@ class Modality:
 
         raise FedleakError(f"fedleak.metrics.evaluate scores images and text; {self.name} reconstructions are scored "
                            f"by their modality's own metrics")
+
+    def measure(self, rec, truth, spec, tokenizer=None) -> dict:
+        """:func:`fedleak.metrics.evaluate` at its defaults for this modality's data: the same checks
+        (:func:`fedleak.metrics.images.check_pair`), then :meth:`score` (the entry point asks the spec's modality;
+        a modality scoring its own data calls this instead)."""
+        from ..metrics.images import check_pair
+
+        check_pair(rec, truth)
+        return self.score(rec, truth, spec, tokenizer=tokenizer)
 
     def evaluate(self, rec, truth, spec, model=None, default_model=None) -> dict:
         """The reconstruction's scores against ``truth`` (``model``: the attacked model, else ``default_model``)."""
@@ -204,8 +215,6 @@ class Modality:
         """The attack a Flower reply gets when none is named (:func:`fedleak.integrations.flower.scoring.
         choose_attack`): the imprint readout for a model carrying an imprint block, DAGER for a language model, else
         Inverting Gradients (FedSGD gradients, and FedAvg updates via its local-step simulation)."""
-        from ..integrations.flower.scoring import IMPRINT_ATTACKS
-
         if hasattr(model, "imprint_secrets"):
             return IMPRINT_ATTACKS[model.imprint_secrets()["structure"]]
         if getattr(model, "task", None) in ("causal-lm", "classification"):  # a language model (models/hf)
@@ -214,7 +223,7 @@ class Modality:
 
     def dashboard_sections(self, records: list, spec) -> list:
         """The Flower dashboard's sections showing what the latest round's attacks recovered."""
-        from ..integrations.flower.dashboard import latest_reconstructions
+        from .recovered import latest_reconstructions
 
         images = latest_reconstructions(records, spec)
         sections = [{"title": "Latest reconstructions", "images": images}] if images else []

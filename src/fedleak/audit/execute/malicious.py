@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ...attacks.imprint import expected_recovered
-from ...errors import FedleakError
 from ...fl.secagg import concatenate, secure_aggregate_per_client
-from ...models.loki import check_budget, loki
+from ...models.loki import loki
 from ...runs.interrupt import responsive
 from ..plan import threats
 from ..plan.config import Scenario
+from ..plan.malicious import check, fits  # noqa: F401  (the checks before any work; re-exported)
 from .steps import VERBATIM_DB, event
 
 ASSUMPTION = ("LOKI's threat model: the server ships every client of the aggregate its own model (per-client "
@@ -35,36 +35,6 @@ ASSUMPTION = ("LOKI's threat model: the server ships every client of the aggrega
 LOKI_TITLE = "LOKI per-client kernels and bins"
 COMPARED_KEYS = ("attack", "title", "verbatim_count", "verbatim_percent", "rec_percent", "psnr", "bins",
                  "added_parameters", "seconds", "num_inputs")
-
-
-def check(cfg, spec, plans) -> None:
-    """Before any work: ``--attacks loki`` needs K ≥ 2 (at every point, unless another malicious attack
-    is named for the points of a sweep without secure aggregation) and a LOKI layer that fits."""
-    if cfg.attacks and "fishing" in cfg.attacks:
-        raise FedleakError("--attacks fishing: class fishing is not an audit attack (it needs the server's fishing "
-                           "model); use fedleak.models.fishing.fishing with fedleak.attacks.build('fishing') "
-                           "(docs/malicious.md)")
-    if not cfg.attacks or "loki" not in cfg.attacks or not cfg.malicious:
-        return
-    others = [a for a in cfg.attacks if a in ("imprint", "imprint-sparse", "imprint-one-shot", "cah")]
-    for plan in plans:
-        if plan.secagg < 2 and others and any(p.secagg >= 2 for p in plans):
-            continue  # a sweep point without secure aggregation: the other malicious attacks run there
-        if plan.secagg < 2:
-            raise FedleakError("--attacks loki attacks a secure aggregate of several clients (each gets its own "
-                               f"model): give --defense secagg:K with K >= 2 (got K = {plan.secagg})")
-        check_budget(plan.secagg, cfg.bins, spec.shape)
-
-
-def fits(plan, spec, bins: int) -> bool:
-    """LOKI applies: images, K ≥ 2 and the per-client FC layer within the size limit."""
-    if plan.secagg < 2:
-        return False
-    try:
-        check_budget(plan.secagg, bins, spec.shape)
-    except FedleakError:
-        return False
-    return True
 
 
 @dataclass

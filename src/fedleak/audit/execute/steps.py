@@ -2,8 +2,10 @@
 
 :class:`RunContext` carries what the stages share (configuration, data spec, device, progress callback,
 attack budget, the tuner's surrogate clients, the sweep label) instead of parameters threaded by hand;
-:func:`summarize` and :func:`example` turn the per-target scores of one attack into its ``metrics.json``
-summary and the report's image grid; :func:`event` reports a stage to the progress callback.
+:func:`event` reports a stage to the progress callback. The image audit's :func:`summarize`, :func:`example`,
+:class:`Example` and :data:`VERBATIM_DB` (one attack's ``metrics.json`` summary, the report's image grid) are the
+image modality's (:mod:`fedleak.modality.image.execute`, re-exported here), so that the modality objects import
+no stage.
 """
 
 from __future__ import annotations
@@ -11,14 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
-import torch
-
-from ...types import ClientData, DataSpec, Reconstruction
+from ...metrics.summary import mean  # noqa: F401  (re-exported)
+from ...modality.image.execute import (SUMMARY_KEYS, VERBATIM_DB, Example, example,  # noqa: F401  (re-exported)
+                                       summarize)
+from ...types import DataSpec
 from ..plan.threats import AttackBudget
-
-#: PSNR above which an imprint readout counts as verbatim (Fowl et al.: exact copies; the image modality's count)
-VERBATIM_DB = 60.0
-SUMMARY_KEYS = ("psnr", "ssim", "rec_percent", "iip", "label_count_error")
 
 
 @dataclass(frozen=True)
@@ -60,47 +59,7 @@ class RunContext:
         return self.config.seed + target * secagg
 
 
-@dataclass
-class Example:
-    """Originals and matched reconstructions of the first target, for the report's image grid."""
-
-    originals: torch.Tensor
-    reconstructions: torch.Tensor
-    psnr: list
-    threshold: float
-
-
 def event(progress, stage: str, **extra) -> None:
     """``progress({"stage": stage, **extra})`` when there is a progress callback."""
     if progress is not None:
         progress({"stage": stage, **extra})
-
-
-def mean(values):
-    """The mean of the values that are not ``None`` (``None`` when none is)."""
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
-def summarize(per_target: list[dict], seconds: float, choice) -> dict:
-    """Mean scores over the audited targets, their distribution, and every image's PSNR."""
-    out = {"attack": choice.name, "title": choice.title, "options": choice.options, "seconds": seconds,
-           "targets": len(per_target)}
-    for key in SUMMARY_KEYS:
-        out[key] = mean([s.get(key) for s in per_target])
-    out["threshold"] = per_target[0]["threshold"]
-    out["psnr_per_input"] = [p for s in per_target for p in s["psnr_per_input"]]
-    out["per_client"] = [{"target": s["target"], "psnr": s["psnr"], "rec_percent": s["rec_percent"],
-                          "num_inputs": s["num_inputs"]} for s in per_target]
-    rec = [s["rec_percent"] for s in per_target]
-    out["rec_percent_min"], out["rec_percent_max"] = min(rec), max(rec)
-    return out
-
-
-def example(rec: Reconstruction, truth: ClientData, spec: DataSpec, scores: dict) -> Example:
-    """The first 16 originals and their matched reconstructions (NaN where none matched)."""
-    originals = spec.denormalize(truth.inputs.detach().cpu().float())
-    recs = spec.denormalize(rec.inputs.detach().cpu().float())
-    matched = torch.stack([recs[i] if i is not None else torch.full_like(originals[0], float("nan"))
-                           for i in scores["assignment"]])
-    return Example(originals[:16], matched[:16], scores["psnr_per_input"][:16], scores["threshold"])

@@ -16,7 +16,7 @@ import torch
 
 from ...errors import FedleakError
 from ...types import ClientData, DataSpec, Reconstruction
-from .steps import mean
+from ...metrics.summary import mean
 
 TEXT_KEYS = ("rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy", "rec_percent")
 

@@ -17,7 +17,9 @@ from PIL import Image
 from ...report import CSS, html_images, html_text
 from .tables import IMAGE
 from ..plan.threats import HONEST, MALICIOUS
-from ..judge.verdict import BUDGET_FACTOR_FOR_LOW, COLOURS, EVIDENCE_RULE, MIN_TUNE_TRIALS, RULE, evidence_sentence
+from ..judge.verdict import BUDGET_FACTOR_FOR_LOW, EVIDENCE_RULE, MIN_TUNE_TRIALS, RULE, evidence_sentence
+from ..judge.verdict import COLOURS  # noqa: F401  (re-exported: the verdicts' colours, as before labels.py)
+from .labels import QUICK_CAVEAT, shortened, verdict_colour, verdict_label  # noqa: F401  (re-exported)
 
 #: JSON key -> column title (images)
 COLUMNS = IMAGE.columns
@@ -52,28 +54,6 @@ def rows(point: dict) -> list[dict]:
 
 def printed_table(point: dict) -> str:
     return _table(point).printed(point)
-
-
-#: said wherever a verdict of a --quick audit is shown: its attacks ran with shortened budgets
-QUICK_CAVEAT = ("The attacks ran with shortened budgets (--quick or --budget): they show a lower bound of the "
-                "leakage; rerun without them before relying on a low or medium verdict.")
-
-
-def shortened(result: dict) -> bool:
-    """Whether the attacks ran shortened: ``--quick``, or a ``--budget`` that cut them (``time_budget``)."""
-    return bool(result.get("quick") or (result.get("time_budget") or {}).get("shortened"))
-
-
-def verdict_label(verdict: str, quick: bool = False) -> str:
-    """``"LOW leakage"``, or with ``--quick`` ``"LOW leakage (shortened attacks)"``."""
-    return f"{verdict.upper()} leakage" + (" (shortened attacks)" if quick and verdict in ("low", "medium") else "")
-
-
-def verdict_colour(verdict: str, quick: bool = False) -> str:
-    """The verdict's colour; a low verdict from shortened attacks is grey, never the all-clear green."""
-    if quick and verdict == "low":
-        return COLOURS["not run"]
-    return COLOURS.get(verdict, COLOURS["not run"])
 
 
 def verdict_sentence(name: str, tm: dict, prefix: bool = True, quick: bool = False) -> str:

@@ -247,10 +247,10 @@ def point(records: list, canary: Optional[dict], malicious: Optional[list], note
 
 
 def build(path, honest: dict, malicious: Optional[dict], seconds: float, malicious_reason: str) -> dict:
-    """``metrics.json`` of the audited app, in the audit's format (:data:`fedleak.audit.run.FORMAT`)."""
+    """``metrics.json`` of the audited app, in the audit's format (:data:`fedleak.runs.identity.FORMAT`)."""
     from ...audit.judge.overall import overall
     from ...audit.judge.verdict import RULE
-    from ...audit.run import FORMAT, config_hash, environment
+    from ...runs.identity import FORMAT, config_hash, environment
     from ...modality import named
 
     records = honest["records"]

@@ -16,8 +16,9 @@ from typing import Optional, Sequence
 
 from PIL import Image
 
-from ...report import html_report, image_grid
-from ...types import DataSpec, Reconstruction
+from ...modality.recovered import latest_reconstructions, latest_texts  # noqa: F401  (re-exported)
+from ...report import html_report
+from ...types import DataSpec
 
 #: what the plot shows, in order of preference: (record key, axis label); the panel's title says where it comes from
 PANELS = (("psnr", "PSNR (dB)"), ("verbatim", "inputs recovered verbatim"), ("attack_loss", "final matching loss"),
@@ -108,64 +109,6 @@ def leakage_figure(records: Sequence[dict]):
         axis.legend(fontsize=7)
     figure.tight_layout()
     return figure
-
-
-def _beside_originals(record: dict, rec: Reconstruction, spec: DataSpec):
-    """The report's grid (originals on top, matched reconstructions below, each pair's PSNR) where the client
-    shared its batch; ``None`` otherwise."""
-    if not record.get("truth_file"):
-        return None
-    from ...audit.execute.steps import example
-    from ...audit.report.figures import labelled_grid
-    from ...metrics import evaluate
-    from .client import load_truth
-
-    truth = load_truth(record["truth_file"])
-    ex = example(rec, truth, spec, evaluate(rec, truth, spec))
-    return labelled_grid(ex.originals, ex.reconstructions, ex.psnr, ex.threshold)
-
-
-def latest_reconstructions(records: Sequence[dict], spec: DataSpec, limit: int = 16) -> list:
-    """(caption, image grid) of each attacked reply of the latest round that has one: beside the originals (with
-    each pair's PSNR, as in report.html) where the client shared its batch."""
-    attacked = [r for r in records if r.get("status") == "attacked" and r.get("reconstruction")]
-    if not attacked:
-        return []
-    last = max(r["round"] for r in attacked)
-    images = []
-    for record in attacked:
-        if record["round"] != last:
-            continue
-        rec = Reconstruction.load(record["reconstruction"])
-        if rec.inputs.dim() != 4 or rec.inputs.shape[0] == 0:
-            continue
-        caption = f"round {last}, node {record['client']}: {record['attack']}"
-        try:
-            beside = _beside_originals(record, rec, spec)
-        except Exception:  # noqa: BLE001 - a shared batch that cannot be read: the reconstructions alone
-            beside = None
-        if beside is not None:
-            images.append((f"{caption}: originals (top) vs reconstructions (bottom), each with its PSNR", beside))
-        else:
-            images.append((f"{caption} (no shared batch: reconstructions only)",
-                           image_grid(spec.denormalize(rec.inputs[:limit].float()).clamp(0, 1))))
-    return images
-
-
-def latest_texts(records: Sequence[dict], limit: int = 8) -> str:
-    """The decoded sequences a text attack recovered from each reply of the latest attacked round."""
-    attacked = [r for r in records if r.get("status") == "attacked" and r.get("reconstruction")]
-    if not attacked:
-        return ""
-    last = max(r["round"] for r in attacked)
-    parts = []
-    for record in attacked:
-        if record["round"] != last:
-            continue
-        texts = Reconstruction.load(record["reconstruction"]).extras.get("text") or []
-        lines = "\n".join(f"  {i + 1}. {t}" for i, t in enumerate(texts[:limit]))
-        parts.append(f"round {last}, node {record['client']} ({record['attack']}):\n{lines or '  (nothing recovered)'}")
-    return "\n\n".join(parts)
 
 
 def live_overall(records: Sequence[dict]) -> dict:

@@ -19,10 +19,8 @@ from typing import Optional
 
 from torch import nn
 
+from ...modality.base import IMPRINT_ATTACKS  # noqa: F401  (the attack for each imprint structure; re-exported)
 from ...types import ClientData, DataSpec, Protocol, Reconstruction, Update
-
-#: the attack the audit runs for each imprint structure of a shipped model
-IMPRINT_ATTACKS = {"cumulative": "imprint", "sparse": "imprint-sparse", "one-shot": "imprint-one-shot", "cah": "cah"}
 
 
 def choose_attack(model: nn.Module, protocol: Protocol, spec: Optional[DataSpec] = None,

@@ -12,7 +12,7 @@ also the modality of any data name no other modality claims (the fallback of :fu
 from __future__ import annotations
 
 from ..base import Modality
-from . import report
+from . import execute, report
 
 
 class ImageModality(Modality):
@@ -70,7 +70,7 @@ class ImageModality(Modality):
     def models(self, cfg, model_name: str, spec, pool: list, plans: list, device, show):
         """One model for every setting: built (weights loaded), fitted to the data, the malicious runs' options
         checked against it, before any attack."""
-        from ...audit.execute import malicious
+        from ...audit.plan import malicious
         from ...audit.plan.model_loading import check_fits, prepare_model
 
         model = prepare_model(cfg.model, spec, seed=cfg.model_seed, weights=cfg.weights)
@@ -95,40 +95,29 @@ class ImageModality(Modality):
 
     # -- execute ------------------------------------------------------------------------------------
     def score(self, rec, client, spec, *, tokenizer=None, **options) -> dict:
-        """PSNR, SSIM, Rec %, IIP, LPIPS, label counts (:func:`fedleak.metrics.evaluate.evaluate_images`)."""
-        from ...metrics.evaluate import evaluate_images
+        """PSNR, SSIM, Rec %, IIP, LPIPS, label counts (:func:`fedleak.metrics.images.evaluate_images`)."""
+        from ...metrics.images import evaluate_images
 
         return evaluate_images(rec, client, spec, **options)
 
     def evaluate(self, rec, truth, spec, model=None, default_model=None) -> dict:
-        from ... import metrics
-
-        return metrics.evaluate(rec, truth, spec)
+        return self.measure(rec, truth, spec)
 
     def example(self, rec, truth, spec, scores: dict, model):
-        from ...audit.execute.steps import example
-
-        return example(rec, truth, spec, scores)
+        return execute.example(rec, truth, spec, scores)
 
     def summarize(self, per_target: list, seconds: float, choice, rec=None) -> dict:
-        from ...audit.execute.steps import summarize
-
-        return summarize(per_target, seconds, choice)
+        return execute.summarize(per_target, seconds, choice)
 
     def verbatim(self, scores: dict) -> int:
-        """Images read back verbatim: PSNR above :data:`fedleak.audit.execute.steps.VERBATIM_DB` (Fowl et al.:
-        exact copies)."""
-        from ...audit.execute.steps import VERBATIM_DB
-
-        return sum(1 for p in scores["psnr_per_input"] if p is not None and p > VERBATIM_DB)
+        """Images read back verbatim: PSNR above :data:`.execute.VERBATIM_DB` (Fowl et al.: exact copies)."""
+        return sum(1 for p in scores["psnr_per_input"] if p is not None and p > execute.VERBATIM_DB)
 
     tuning_metric = "mean PSNR (dB)"
 
     def tuning_score(self, rec, truth, spec, model) -> float:
         """A trial's mean PSNR (dB) on one surrogate client."""
-        from ... import metrics
-
-        return float(metrics.evaluate(rec, truth, spec)["psnr"])
+        return float(self.measure(rec, truth, spec)["psnr"])
 
     def tuning_record(self, record: dict) -> dict:
         record.update({"default_psnr": record["default_score"], "best_psnr": record["best_score"]})
@@ -154,9 +143,7 @@ class ImageModality(Modality):
 
     # -- outside the audit --------------------------------------------------------------------------
     def truth_scores(self, rec, truth, spec, tokenizer=None) -> dict:
-        from ...metrics import evaluate
-
-        scores = evaluate(rec, truth.to(rec.inputs.device), spec)
+        scores = self.measure(rec, truth.to(rec.inputs.device), spec)
         keep = ("psnr", "ssim", "rec_percent", "iip", "threshold", "psnr_per_input")
         return {k: scores[k] for k in keep if k in scores}
 

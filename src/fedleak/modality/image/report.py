@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def verdict_sentence(title: str, tm: dict, prefix: bool = True, quick: bool = False) -> str:
     """A threat model's verdict: its strongest attack's share of recognizable images and best mean PSNR."""
-    from ...audit.report.page import QUICK_CAVEAT, verdict_label
+    from ...audit.report.labels import QUICK_CAVEAT, verdict_label
 
     head = f"{title}: {verdict_label(tm['verdict'], quick)}. " if prefix else ""
     if tm["verdict"] == "not run":

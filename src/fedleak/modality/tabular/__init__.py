@@ -71,7 +71,7 @@ class TabularModality(Modality):
 
     def verdict_sentence(self, title: str, tm: dict, prefix: bool = True, quick: bool = False) -> str:
         """A threat model's verdict as :func:`.app.threat_model` states it."""
-        from ...audit.report.page import verdict_label
+        from ...audit.report.labels import verdict_label
 
         if tm["verdict"] == "not run":
             return f"{title}: not evaluated ({tm.get('not_run_reason') or 'no attack of this threat model ran'})."
@@ -87,11 +87,12 @@ class TabularModality(Modality):
         return load(cfg.data, root=cfg.data_root, num_clients=needed, samples_per_client=samples, seed=cfg.seed,
                     label=label, echo=log)
 
-    def audit(self, cfg, out, log, progress, sweep, values, plans, device) -> dict:
+    def audit(self, cfg, out, log, progress, sweep, values, plans, device, staged=None) -> dict:
+        """Tables walk their own stages (``staged``, the images' and text's, is not used)."""
         from ...audit.execute.progress import reporter
         from ...audit.plan.default import DEFAULT_MODEL
         from ...audit.plan.model_loading import check_fits, prepare_model
-        from ...audit.run import FORMAT, config_hash, environment
+        from ...runs.identity import FORMAT, config_hash, environment
 
         if cfg.budget is not None:
             raise FedleakError(f"budget: not supported for {cfg.data!r} audits (their attacks have fixed budgets)")

@@ -84,7 +84,7 @@ class TextModality(Modality):
         from ...audit.execute import membership as text_membership
         from ...audit.execute import text as text_steps
         from ...audit.plan import text as text_plan
-        from ...audit.plan.flowertune import lora_options, micro_batch
+        from .flowertune import lora_options, micro_batch
 
         built_models: dict = {}
 
@@ -129,12 +129,10 @@ class TextModality(Modality):
 
     def evaluate(self, rec, truth, spec, model=None, default_model=None) -> dict:
         """ROUGE and exact sequences, decoded with the attacked model's tokenizer (or its base model's)."""
-        from ... import metrics
-
         tokenizer = getattr(model if model is not None else default_model, "tokenizer", None)
         if tokenizer is None:
             tokenizer = getattr(getattr(model, "base", None), "tokenizer", None)
-        return metrics.evaluate(rec, truth, spec, tokenizer=tokenizer)
+        return self.measure(rec, truth, spec, tokenizer=tokenizer)
 
     def example(self, rec, truth, spec, scores: dict, model):
         from ...audit.execute import text as text_steps
@@ -170,10 +168,8 @@ class TextModality(Modality):
     def tuning_score(self, rec, truth, spec, model) -> float:
         """The share of sequences recovered exactly (× 100) plus the mean ROUGE-1: exact recoveries first, ROUGE-1
         breaking ties."""
-        from ... import metrics
-
         tokenizer = getattr(model, "tokenizer", None) or getattr(getattr(model, "base", None), "tokenizer", None)
-        scores = metrics.evaluate(rec, truth, spec, tokenizer=tokenizer)
+        scores = self.measure(rec, truth, spec, tokenizer=tokenizer)
         return 100.0 * float(scores["exact_sequences"] or 0.0) + float(scores["rouge1"] or 0.0)
 
     # -- run results --------------------------------------------------------------------------------
@@ -258,14 +254,12 @@ class TextModality(Modality):
         return False  # next-token targets, not classes
 
     def truth_scores(self, rec, truth, spec, tokenizer=None) -> dict:
-        from ...metrics import evaluate
-
-        scores = evaluate(rec, truth.to(rec.inputs.device), spec, tokenizer=tokenizer)
+        scores = self.measure(rec, truth.to(rec.inputs.device), spec, tokenizer=tokenizer)
         keep = ("rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy", "rec_percent")
         return {k: scores[k] for k in keep if k in scores}
 
     def recovered_text(self, records: list) -> str:
-        from ...integrations.flower.dashboard import latest_texts
+        from ..recovered import latest_texts
 
         return latest_texts(records)
 
