@@ -92,6 +92,8 @@ def test_one_softmax_over_all_blocks_is_each_blocks_own(german):
     spec, _ = german
     schema = spec.schema
     z = torch.randn(2, 5, schema.width) * 3
+    first, second = schema.categorical_blocks()[:2]
+    z[0, 0, first], z[0, 0, second] = 400.0, -400.0  # one record's blocks ~200 apart: exp underflows below the max
     out = _StructuralPrior(schema, z, softmax=True)(z)
     raw = schema.destandardize(z)
     mean, std = schema._stats(z)
@@ -145,3 +147,29 @@ def test_grouped_columns_give_the_same_objective_and_steps(german):
     (g_grouped,) = torch.autograd.grad(grouped.sum(), zg)
     assert torch.allclose(grouped, plain, atol=1e-6)
     assert torch.allclose(g_grouped, g_plain.index_select(-1, prior.perm), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("n", [3, 60])  # the Gram route on every layer / the formed weight gradients
+def test_the_hand_written_backward_passes_gradcheck(german, n):
+    """Both hand-written backwards (the cosine to the observed update, the softmax/sigmoid prior) against finite
+    differences in float64, with an incoming gradient that is not all ones and labels per restart."""
+    from fedleak.attacks.tabular.mlp_gradient import cosine_distances_mlp
+
+    spec, _ = german
+    model = build("tabular-mlp", spec, seed=6).double()
+    layers = mlp_layers(model)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    generator = torch.Generator().manual_seed(n)
+    labels = torch.randint(0, 2, (2, n), generator=generator)
+    observed = local_training(model, params, torch.randn(n, spec.schema.width, generator=generator,
+                                                         dtype=torch.float64), labels[0], [[torch.arange(n)]],
+                              0.01).grad_sum
+    weight = torch.tensor([0.7, -1.3], dtype=torch.float64)
+    x = torch.randn(2, n, spec.schema.width, generator=generator, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: cosine_distances_mlp(layers, params, v, labels, observed) * weight,
+                                    (x,), eps=1e-6, atol=1e-9, rtol=1e-6, fast_mode=True)
+    prior = _StructuralPrior(spec.schema, x, softmax=True)
+    z = (torch.randn(2, n, spec.schema.width, generator=generator, dtype=torch.float64) * 3).requires_grad_()
+    assert torch.autograd.gradcheck(lambda v: prior.grouped(v) * torch.linspace(-1, 2, v.shape[-1],
+                                                                                   dtype=v.dtype), (z,),
+                                    eps=1e-6, atol=1e-9, rtol=1e-6, fast_mode=True)

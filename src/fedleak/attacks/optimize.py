@@ -46,6 +46,7 @@ class OptimizerConfig:
     lbfgs_inner: int = 20
     line_search: bool = True
     stop_loss: float = 0.0
+    fused: bool = False  # Adam as torch's fused kernel (one pass over the variables per step; same update rule)
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -56,6 +57,8 @@ class OptimizerConfig:
             raise FedleakError(f"iterations must be a non-negative integer, got {self.iterations}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise FedleakError(f"attack lr must be positive, got {self.lr}")
+        if int(self.log_every) != self.log_every or self.log_every < 1:
+            raise FedleakError(f"log_every must be a positive integer, got {self.log_every}")
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of the base lr at 0-based ``step``."""
@@ -83,7 +86,8 @@ class OptimizeResult:
 
 def _make_optimizer(config: OptimizerConfig, variables: Sequence[torch.Tensor]):
     if config.optimizer == "adam":
-        return torch.optim.Adam(variables, lr=config.lr, betas=config.betas, eps=config.eps)
+        fused = config.fused and all(v.is_floating_point() for v in variables)
+        return torch.optim.Adam(variables, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused or None)
     if config.optimizer == "sgd":
         return torch.optim.SGD(variables, lr=config.lr)
     # DLG calls torch's L-BFGS step (up to 20 inner iterations) once per outer iteration.

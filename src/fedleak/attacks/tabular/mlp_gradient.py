@@ -93,40 +93,125 @@ def simulate_mlp(layers: Layers, params: dict[str, torch.Tensor], inputs: torch.
 
 def cosine_distances_mlp(layers: Layers, params: dict[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
                          observed: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(R,) 1 − cosine between each restart's one-step gradient and ``observed`` (FedSGD), without forming the
-    weight gradients where that is cheaper. For ∂W = δᵀa: ⟨∂W, G⟩ = Σ δ ⊙ (aGᵀ), with aGᵀ from the same matrix
-    product over all R·n rows as the forward aWᵀ; ‖∂W‖² = Σ (δδᵀ) ⊙ (aaᵀ), two n × n Gram matrices per restart
-    when n·(in + out) < in·out, else ∂W itself. The same number as :func:`fedleak.attacks.tabular.restarts.
-    cosine_distances` of :func:`batched_gradient`, in fewer operations on smaller tensors. ``params`` are shared
-    by the restarts."""
+    """(R,) 1 − cosine between each restart's one-step gradient and ``observed`` (FedSGD): the same number as
+    :func:`fedleak.attacks.tabular.restarts.cosine_distances` of :func:`batched_gradient`, with its gradient with
+    respect to the records written out by hand (:class:`_CosineToObserved`: about half the matrix products and a
+    fraction of the element-wise passes autograd's double backward takes). ``params`` are shared by the restarts;
+    the gradient flows to ``x`` only (:func:`fedleak.attacks.tabular.restarts.distances` keeps autograd when a
+    weight or the observed update itself requires one)."""
     restarts, n = x.shape[0], x.shape[1]
-    activations, projected = [x], []  # projected[l] = a_l G_lᵀ, formed with the forward product (one GEMM)
-    h = x
-    for i, (w, b) in enumerate(layers):
-        out_dim = params[w].shape[0]
-        both = torch.matmul(h, torch.cat([params[w], observed[w].to(params[w])], dim=0).transpose(0, 1))
-        h = both[..., :out_dim] + params[b]
-        projected.append(both[..., out_dim:])
-        if i < len(layers) - 1:
-            h = F.relu(h)
-            activations.append(h)
-    onehot = F.one_hot(labels.reshape(-1, n).expand(restarts, n).long(), h.shape[-1]).to(h.dtype)
-    delta = (torch.softmax(h, dim=-1) - onehot) / n
-    dot = sq = obs_sq = 0
-    for i in range(len(layers) - 1, -1, -1):
-        w, b = layers[i]
-        a = activations[i]
-        big_w, big_b = observed[w].to(a), observed[b].to(a)
-        g_b = delta.sum(dim=1)
-        dot = dot + g_b @ big_b + (delta * projected[i]).sum(dim=(1, 2))
-        out_dim, in_dim = big_w.shape
-        if n * (in_dim + out_dim) < in_dim * out_dim:
-            gram = torch.bmm(delta, delta.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2))
-            sq = sq + gram.sum(dim=(1, 2)) + (g_b * g_b).sum(dim=1)
-        else:
-            g_w = torch.bmm(delta.transpose(1, 2), a)
-            sq = sq + (g_w * g_w).sum(dim=(1, 2)) + (g_b * g_b).sum(dim=1)
-        obs_sq = obs_sq + big_w.pow(2).sum() + big_b.pow(2).sum()
-        if i:
-            delta = torch.ops.aten.threshold_backward(torch.matmul(delta, params[w]), a, 0.0)
-    return 1.0 - dot / (sq * obs_sq).sqrt().clamp_min(1e-12)
+    onehot = F.one_hot(labels.reshape(-1, n).expand(restarts, n).long(), params[layers[-1][1]].shape[0]).to(x.dtype)
+    weights = tuple(params[w].to(x.dtype) for w, _ in layers)
+    biases = tuple(params[b].to(x.dtype) for _, b in layers)
+    targets = tuple(observed[w].to(x.dtype) for w, _ in layers)
+    target_biases = tuple(observed[b].to(x.dtype) for _, b in layers)
+    return _CosineToObserved.apply(x, onehot, weights, biases, targets, target_biases)
+
+
+class _CosineToObserved(torch.autograd.Function):
+    """D = 1 − S/√(Q·O) per restart, S = Σ_l ⟨∂θ_l, G_l⟩, Q = Σ_l ‖∂θ_l‖², O = ‖G‖², and ∂D/∂x by hand.
+
+    Forward (module docstring's closed form): per layer either the weight gradient ∂W = δᵀa is formed (then
+    ⟨∂W, G⟩ and ‖∂W‖² are element-wise), or, when n·(in + out) < in·out, never formed: ⟨∂W, G⟩ = Σ δ ⊙ (aGᵀ)
+    with aGᵀ from the forward product, ‖∂W‖² = Σ (δδᵀ) ⊙ (aaᵀ) from two n × n Gram matrices.
+
+    Backward, with α = −1/√(QO) and β = S·O/√(QO)³ (times the incoming gradient) so that ∂D/∂∂W = Ĝ = αG + β∂W:
+    the adjoint of every δ_l, going up the layers, is ``a Ĝᵀ + 1ĝ_bᵀ + (adjoint of δ_{l−1} ⊙ 1[a > 0]) W_lᵀ``
+    (Gram route: a Ĝᵀ = α aGᵀ + β (aaᵀ) δ), and each activation collects δ Ĝ (Gram route: α δG + β (δδᵀ) a); at
+    the top the softmax's Jacobian p ⊙ (v − ⟨p, v⟩)/n turns the adjoint of δ_L into that of the logits, which goes
+    down the forward pass as an ordinary backward (· W, ReLU mask) into the records. The ReLU masks are piecewise
+    constant (derivative 0 at 0, as autograd's). ``tests/test_tabular_fast_gradient.py`` checks value and gradient
+    against autograd's double backward."""
+
+    @staticmethod
+    def forward(ctx, x, onehot, weights, biases, targets, target_biases):
+        restarts, n = x.shape[0], x.shape[1]
+        routes, activations, masks, projected = [], [x], [None], []
+        h = x
+        for i, (w, b, big) in enumerate(zip(weights, biases, targets)):
+            out_dim, in_dim = w.shape
+            gram = n * (in_dim + out_dim) < in_dim * out_dim
+            routes.append(gram)
+            rows = h.reshape(-1, in_dim)
+            if gram:
+                both = torch.mm(rows, torch.cat([w, big], dim=0).t()).view(restarts, n, 2 * out_dim)
+                h, aim = both[..., :out_dim] + b, both[..., out_dim:]
+            else:
+                h, aim = torch.addmm(b, rows, w.t()).view(restarts, n, out_dim), None
+            projected.append(aim)
+            if i < len(weights) - 1:
+                h = h.relu_()
+                activations.append(h)
+                masks.append(torch.sign(h))  # 1[h > 0] as a float (h ≥ 0 after the ReLU): masks are products
+        p = torch.sub(h, h.amax(dim=-1, keepdim=True)).exp_()  # softmax (torch's kernel is slow on 2 classes)
+        p = p.div_(p.sum(dim=-1, keepdim=True))
+        delta = (p - onehot) / n
+        count = len(weights)
+        deltas, grams, formed, bias_grads = [None] * count, [None] * count, [None] * count, [None] * count
+        dot = sq = 0
+        for i in range(count - 1, -1, -1):
+            a, big, big_b = activations[i], targets[i], target_biases[i]
+            deltas[i] = delta
+            g_b = bias_grads[i] = delta.sum(dim=1)
+            dot = dot + g_b @ big_b
+            sq = sq + _row_dots(g_b, g_b)
+            if routes[i]:
+                grams[i] = (torch.bmm(delta, delta.transpose(1, 2)), torch.bmm(a, a.transpose(1, 2)))
+                dot = dot + _row_dots(delta, projected[i])
+                sq = sq + _row_dots(grams[i][0], grams[i][1])
+            else:
+                g_w = formed[i] = torch.bmm(delta.transpose(1, 2), a)
+                dot = dot + g_w.reshape(restarts, -1) @ big.reshape(-1)
+                sq = sq + _row_dots(g_w, g_w)
+            if i:
+                delta = torch.matmul(delta, weights[i]).mul_(masks[i])
+        obs = sum(t.pow(2).sum() for t in targets) + sum(t.pow(2).sum() for t in target_biases)
+        norm = (sq * obs).sqrt()
+        ctx.save_for_backward(p, dot, obs, norm)
+        ctx.parts = (routes, activations, masks, projected, deltas, grams, formed, bias_grads, weights, targets,
+                     target_biases)
+        return 1.0 - dot / norm.clamp_min(1e-12)
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, dot, obs, norm = ctx.saved_tensors
+        routes, activations, masks, projected, deltas, grams, formed, bias_grads, weights, targets, target_biases = \
+            ctx.parts
+        n = p.shape[1]
+        denom = norm.clamp_min(1e-12)
+        alpha = -grad / denom
+        beta = torch.where(norm > 1e-12, grad * dot * obs / denom.pow(3), torch.zeros_like(norm))
+        a3, b3 = alpha[:, None, None], beta[:, None, None]
+        up = None  # adjoint of δ_{i−1} after its ReLU mask, carried up the layers
+        collected = []  # each activation's share from the weight gradients: δ_i Ĝ_i
+        for i, (a, d) in enumerate(zip(activations, deltas)):
+            out_dim, in_dim = weights[i].shape
+            g_hat_b = (alpha[:, None] * target_biases[i] + beta[:, None] * bias_grads[i])[:, None, :]
+            if routes[i]:
+                d_delta = torch.baddbmm(projected[i] * a3, grams[i][1], d * b3)
+                collected.append(torch.baddbmm(torch.matmul(d, targets[i]).mul_(a3), grams[i][0], a * b3))
+            else:
+                g_hat = torch.addcmul(targets[i] * a3, formed[i], b3)  # αG + β∂W
+                d_delta = torch.bmm(a, g_hat.transpose(1, 2))
+                collected.append(torch.bmm(d, g_hat))
+            d_delta.add_(g_hat_b)
+            if up is not None:
+                d_delta.view(-1, out_dim).addmm_(up.view(-1, in_dim), weights[i].t())
+            if i < len(activations) - 1:
+                up = d_delta.mul_(masks[i + 1])  # d_delta is not needed again: masked in place
+        d_h = p * (d_delta - (p * d_delta).sum(dim=-1, keepdim=True)) / n
+        for i in range(len(weights) - 1, -1, -1):
+            out_dim, in_dim = weights[i].shape
+            d_a = collected[i]
+            d_a.view(-1, in_dim).addmm_(d_h.reshape(-1, out_dim), weights[i])
+            if i:
+                d_h = d_a.mul_(masks[i])
+        return d_a, None, None, None, None, None
+
+
+def _row_dots(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Per restart (leading dimension) Σ u ⊙ v; a squared norm when ``v`` is ``u`` (torch's norm kernel, one pass)."""
+    r = u.shape[0]
+    if v is u:
+        return torch.linalg.vector_norm(u.reshape(r, -1), dim=1).square()
+    return (u * v).reshape(r, -1).sum(dim=1)

@@ -110,9 +110,11 @@ def distances(ensemble: Restarts, params: Params, inputs: torch.Tensor, labels: 
               observed: Params, *, create_graph: bool = True, train_mode: bool = True) -> torch.Tensor:
     """(R,) each restart's cosine distance to ``observed``: :func:`cosine_distances` of :func:`simulate`, or, for
     one local step of a ReLU MLP with class-index labels, :func:`.mlp_gradient.cosine_distances_mlp` (the same
-    number without the weight gradients)."""
+    number without the weight gradients, its gradient with respect to the records by hand) when no weight requires a
+    gradient."""
     steps = sum(len(epoch) for epoch in schedule)
-    if steps == 1 and closed_form(ensemble, labels, observed):
+    fixed = not any(t.requires_grad for t in (*params.values(), *observed.values()))
+    if steps == 1 and fixed and closed_form(ensemble, labels, observed):
         with torch.set_grad_enabled(create_graph and torch.is_grad_enabled()):
             (batch,) = [b.to(inputs.device) for epoch in schedule for b in epoch]
             labels = labels.to(inputs.device)

@@ -39,6 +39,7 @@ from ...types import DataSpec, Reconstruction, Update
 from ..base import Attack, AttackOptions, auto_label_strategy, register
 from ..labels import resolve_labels
 from ..optimize import OptimizerConfig, optimize
+from .prior import StructuralPrior as _StructuralPrior
 from .restarts import Restarts, distances as restart_distances, grouped_target
 
 
@@ -103,7 +104,7 @@ class TabLeak(Attack):
             return loss
 
         config = OptimizerConfig(optimizer="adam", lr=o.lr, iterations=o.iterations, signed=True,
-                                 log_every=o.log_every)
+                                 log_every=o.log_every, fused=True)
         result = optimize([z], objective, config, description=f"{self.name} ({restarts} restarts)")
         z = z.detach().index_select(-1, forward.inverse.to(z.device))  # schema column order again
         with torch.no_grad():
@@ -120,70 +121,6 @@ class TabLeak(Attack):
                   "entropy": entropy.tolist(), "seconds": round(time.perf_counter() - started, 2),
                   "target": "gradient" if fedsgd else "simulation"}
         return Reconstruction(pooled, labels, candidates=aligned, extras=extras)
-
-
-class _StructuralPrior:
-    """z → records: softmax on each de-standardized categorical block (``softmax``), sigmoid into each continuous
-    range (``sigmoid``; the reference's "no softmax" ablation keeps it, Inverting Gradients drops both).
-
-    The attack optimizes z with its columns GROUPED (:attr:`perm`: every categorical block in schema order, then
-    the continuous columns; Adam and the sign trick are element-wise, so the steps are the same), so that
-    :meth:`grouped` is a few operations on contiguous slices: all blocks' softmaxes at once, exp(x − m) / Σ exp(x − m)
-    with m each block's max (as torch's kernel, which is slow on short blocks) and the block sums as products
-    with the 0/1 block-membership matrix. ``__call__`` is the same map in the schema's column order."""
-
-    def __init__(self, schema, like: torch.Tensor, softmax: bool, sigmoid: bool = True) -> None:
-        self.schema, self.softmax, self.sigmoid = schema, softmax, sigmoid
-        self.blocks = schema.categorical_blocks()
-        self.cont = torch.tensor(schema.continuous_index(), dtype=torch.long, device=like.device)
-        self.low, self.high = schema.bounds(like)
-        cat = [i for block in self.blocks for i in range(block.start, block.stop)]
-        self.width = len(cat)
-        self.spans = []
-        member = torch.zeros(len(cat), len(self.blocks))
-        for k, block in enumerate(self.blocks):
-            at = cat.index(block.start)
-            self.spans.append((at, at + block.stop - block.start))
-            member[at:at + block.stop - block.start, k] = 1.0
-        mean, std = schema._stats(like)
-        self.cat = torch.tensor(cat, dtype=torch.long, device=like.device)
-        self.cat_mean, self.cat_std = mean[self.cat], std[self.cat]
-        self.member = member.to(like)
-        self.perm = torch.cat([self.cat, self.cont])  # grouped column j = schema column perm[j]
-        self.inverse = torch.argsort(self.perm)
-
-    def __call__(self, z: torch.Tensor) -> torch.Tensor:
-        return self.grouped(z.index_select(-1, self.perm)).index_select(-1, self.inverse)
-
-    def grouped(self, z: torch.Tensor) -> torch.Tensor:
-        """The map on z with grouped columns (:attr:`perm`); returns the records with grouped columns."""
-        c = self.width
-        parts = []
-        if c:
-            if self.softmax:
-                raw = z[..., :c] * self.cat_std + self.cat_mean  # de-standardized logits
-                with torch.no_grad():
-                    shift = torch.stack([raw[..., a:b].amax(dim=-1) for a, b in self.spans], dim=-1) @ self.member.T
-                e = (raw - shift).exp()
-                probabilities = e / ((e @ self.member) @ self.member.T)
-                parts.append((probabilities - self.cat_mean) / self.cat_std)
-            else:
-                parts.append(z[..., :c])
-        if len(self.cont):
-            value = z[..., c:]
-            parts.append(self.low + (self.high - self.low) * torch.sigmoid(value) if self.sigmoid else value)
-        return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
-
-    def restart_output(self, z: torch.Tensor) -> torch.Tensor:
-        """A restart's result as the reference returns it (§2 step 5): the categorical blocks stay the optimized
-        logits, the continuous columns go through the sigmoid. The pooling and the entropy softmax the logits ONCE
-        (``median+softmax``); softmaxing the already softmaxed probabilities again would flatten every category
-        distribution towards uniform, changing the median's argmax and every categorical entropy."""
-        if not (self.sigmoid and len(self.cont)):
-            return z
-        out = z.clone()
-        out[..., self.cont] = self.low + (self.high - self.low) * torch.sigmoid(z[..., self.cont])
-        return out
 
 
 def _project(schema, raw: torch.Tensor) -> torch.Tensor:

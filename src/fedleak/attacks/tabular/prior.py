@@ -1,0 +1,125 @@
+"""TabLeak's structural prior (Vero et al. 2023, §2 step 2; research notes §2): the map from the optimized
+variable z to records — per categorical column a softmax (τ = 1) of its de-standardized logits, re-standardized,
+per continuous column a sigmoid into the column's standardized [min, max].
+
+:class:`StructuralPrior` holds the schema's constants; for TabLeak's own configuration (softmax and sigmoid) the
+map and its gradient are :class:`_SoftmaxSigmoid`, written out by hand: per block the softmax's Jacobian-vector
+product p ⊙ (v − Σ_block p ⊙ v), every block at once with block sums as products with the 0/1 block-membership
+matrix. ``tests/test_tabular_fast_gradient.py`` checks value and gradient against autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class StructuralPrior:
+    """z → records: softmax on each de-standardized categorical block (``softmax``), sigmoid into each continuous
+    range (``sigmoid``; the reference's "no softmax" ablation keeps it, Inverting Gradients drops both).
+
+    The attack optimizes z with its columns GROUPED (:attr:`perm`: every categorical block in schema order, then
+    the continuous columns; Adam and the sign trick are element-wise, so the steps are the same), so that
+    :meth:`grouped` is a few operations on contiguous slices: all blocks' softmaxes at once, exp(x − m) / Σ exp(x − m)
+    with m each block's max (as torch's kernel, which is slow on short blocks) and the block sums as products
+    with the 0/1 block-membership matrix. ``__call__`` is the same map in the schema's column order."""
+
+    def __init__(self, schema, like: torch.Tensor, softmax: bool, sigmoid: bool = True) -> None:
+        self.schema, self.softmax, self.sigmoid = schema, softmax, sigmoid
+        self.blocks = schema.categorical_blocks()
+        self.cont = torch.tensor(schema.continuous_index(), dtype=torch.long, device=like.device)
+        self.low, self.high = schema.bounds(like)
+        cat = [i for block in self.blocks for i in range(block.start, block.stop)]
+        self.width = len(cat)
+        self.spans = []
+        member = torch.zeros(len(cat), len(self.blocks))
+        for k, block in enumerate(self.blocks):
+            at = cat.index(block.start)
+            self.spans.append((at, at + block.stop - block.start))
+            member[at:at + block.stop - block.start, k] = 1.0
+        mean, std = schema._stats(like)
+        self.cat = torch.tensor(cat, dtype=torch.long, device=like.device)
+        self.cat_mean, self.cat_std = mean[self.cat], std[self.cat]
+        self.member = member.to(like)
+        self.span = self.high - self.low
+        self.perm = torch.cat([self.cat, self.cont])  # grouped column j = schema column perm[j]
+        self.inverse = torch.argsort(self.perm)
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        return self.grouped(z.index_select(-1, self.perm)).index_select(-1, self.inverse)
+
+    def grouped(self, z: torch.Tensor) -> torch.Tensor:
+        """The map on z with grouped columns (:attr:`perm`); returns the records with grouped columns. TabLeak's
+        own prior (softmax and sigmoid) runs as :class:`_SoftmaxSigmoid` (its backward by hand); the ablations'
+        maps are a few autograd operations."""
+        if self.softmax and self.sigmoid and self.width and len(self.cont):
+            return _SoftmaxSigmoid.apply(z, self)
+        c = self.width
+        parts = []
+        if c:
+            parts.append(self._probabilities(z[..., :c]).sub_(self.cat_mean).div_(self.cat_std) if self.softmax
+                         else z[..., :c])
+        if len(self.cont):
+            value = z[..., c:]
+            parts.append(self.low + (self.high - self.low) * torch.sigmoid(value) if self.sigmoid else value)
+        return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+
+    def _probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """Every categorical block's softmax of its de-standardized logits (grouped columns), a new tensor.
+
+        The softmax is shift-invariant per block, so one shift per record (its largest logit: nothing overflows)
+        serves every block unless a block lies so far below it that its exponentials underflow (block sum
+        < 1e-30, i.e. ~70 below the record's max); only then is each block shifted by its own max."""
+        raw = torch.addcmul(self.cat_mean, logits, self.cat_std)
+        with torch.no_grad():
+            shift = raw.amax(dim=-1, keepdim=True)
+        e = (raw - shift).exp() if torch.is_grad_enabled() and raw.requires_grad else torch.sub(raw, shift).exp_()
+        sums = e @ self.member
+        if bool((sums.detach() < 1e-30).any()):
+            with torch.no_grad():
+                shift = torch.stack([raw[..., a:b].amax(dim=-1) for a, b in self.spans], dim=-1) @ self.member.T
+            e = (raw - shift).exp()
+            sums = e @ self.member
+        if torch.is_grad_enabled() and e.requires_grad:
+            return e / (sums @ self.member.T)
+        return e.div_(sums @ self.member.T)
+
+    def restart_output(self, z: torch.Tensor) -> torch.Tensor:
+        """A restart's result as the reference returns it (§2 step 5): the categorical blocks stay the optimized
+        logits, the continuous columns go through the sigmoid. The pooling and the entropy softmax the logits ONCE
+        (``median+softmax``); softmaxing the already softmaxed probabilities again would flatten every category
+        distribution towards uniform, changing the median's argmax and every categorical entropy."""
+        if not (self.sigmoid and len(self.cont)):
+            return z
+        out = z.clone()
+        out[..., self.cont] = self.low + (self.high - self.low) * torch.sigmoid(z[..., self.cont])
+        return out
+
+
+class _SoftmaxSigmoid(torch.autograd.Function):
+    """z (grouped columns) → records (grouped columns), and its backward by hand (module docstring): categorical
+    x = (p − μ)/σ with p the block softmax of σz + μ, so ∂z = σ ⊙ (q − p ⊙ Σ_block q), q = p ⊙ ∂x/σ; continuous
+    x = low + span·s, s = sigmoid(z), so ∂z = ∂x ⊙ span ⊙ s(1 − s)."""
+
+    @staticmethod
+    def forward(ctx, z, prior):
+        c = prior.width
+        out = torch.empty_like(z)
+        p = prior._probabilities(z[..., :c])
+        torch.addcmul(-prior.cat_mean / prior.cat_std, p, 1.0 / prior.cat_std, out=out[..., :c])
+        s = torch.sigmoid(z[..., c:])
+        torch.addcmul(prior.low, s, prior.span, out=out[..., c:])
+        ctx.save_for_backward(p, s)
+        ctx.prior = prior
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, s = ctx.saved_tensors
+        prior = ctx.prior
+        c = prior.width
+        dz = torch.empty_like(grad)
+        q = (grad[..., :c] / prior.cat_std).mul_(p)
+        q.addcmul_(p, (q @ prior.member) @ prior.member.T, value=-1.0)
+        torch.mul(q, prior.cat_std, out=dz[..., :c])
+        torch.mul(grad[..., c:] * prior.span, s * (1.0 - s), out=dz[..., c:])
+        return dz, None
