@@ -23,6 +23,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from ...errors import FedleakError
+from .app_chains import CLIENTAPP_CALL, own_train
 from .canary_nodes import train_mods
 
 
@@ -43,15 +44,13 @@ def _reading_call(self: ClientApp, message, context):
     train function (a ClientApp it calls for the node is read the same way)."""
     from flwr.clientapp.mod import LocalDpMod
 
-    from .app_canary_nodes import _CALL, _leaf
-
     if _READING.mods is None or not message.metadata.message_type.startswith("train"):
-        return _CALL(self, message, context)
+        return CLIENTAPP_CALL(self, message, context)
     mods = train_mods(self)
     _READING.mods.extend(mods)
     if any(isinstance(m, LocalDpMod) for m in mods):
         raise _Found
-    return _leaf(self)(message, context)
+    return own_train(self)(message, context)
 
 
 def node_local_dp(app: ClientApp, content: RecordDict, node: int, nodes: int, run_config: dict):

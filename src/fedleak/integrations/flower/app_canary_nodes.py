@@ -39,7 +39,8 @@ from flwr.serverapp.strategy import Strategy
 
 from ...errors import FedleakError
 from ...privacy.canaries import Canaries
-from .canary_nodes import CANARY_NODE, KEY_CLIPPING_NORM, KEY_SKIP, _floats, _Plan, _Recorder, canary_app, train_mods
+from .app_chains import CLIENTAPP_CALL, chain, own_train
+from .canary_nodes import CANARY_NODE, KEY_CLIPPING_NORM, KEY_SKIP, _floats, _Plan, _Recorder, canary_app
 from .canary_replies import reply_test
 
 #: canary nodes at most (each included one is a simulated node beside the app's own: 64 in all, app_audit)
@@ -91,30 +92,21 @@ class _Swap(threading.local):
 
 
 _SWAP = _Swap()
-_CALL = ClientApp.__call__
-
-
-def _leaf(app: ClientApp):
-    """The function inside ``app``'s train mods (the app's own train function)."""
-    func = app._registered_funcs.get("train.default") or app._call  # noqa: SLF001 - Flower's chain, read only
-    for _ in train_mods(app):
-        func = dict(zip(func.__code__.co_freevars, (c.cell_contents for c in func.__closure__)))["_ffn"]
-    return func
 
 
 def _canary_call(self: ClientApp, message, context):
     """``ClientApp.__call__`` during a canary call: this app's own mods around its train function, whose reply is
     the canary unless a ClientApp it calls answered (then that app's mods already hold the canary)."""
     if _SWAP.train is None or not message.metadata.message_type.startswith("train"):
-        return _CALL(self, message, context)
-    leaf = _leaf(self)
+        return CLIENTAPP_CALL(self, message, context)
+    leaf = own_train(self)
 
     def probe(msg, ctx):
         _SWAP.nested = False
         reply = leaf(msg, ctx)
         return reply if _SWAP.nested else _SWAP.train(msg, ctx)
 
-    reply = _CALL(canary_app(self, probe), message, context)
+    reply = CLIENTAPP_CALL(canary_app(self, probe), message, context)
     _SWAP.nested = True
     return reply
 
@@ -142,7 +134,7 @@ class CanaryNodeApp(ClientApp):
         try:
             return _canary_call(self.user_app, message, node)
         finally:
-            ClientApp.__call__, _SWAP.train = _CALL, None
+            ClientApp.__call__, _SWAP.train = CLIENTAPP_CALL, None
 
 
 class _Bypass(Strategy):
@@ -192,8 +184,6 @@ class NodeRecorder(_Recorder):
         return self.index[partition - self.nodes] if partition >= self.nodes else None
 
     def configure_train(self, server_round, arrays, config, grid):
-        from .app_runtime import chain
-
         if self.plan.clip is None and self.client is not None and KEY_CLIPPING_NORM not in config \
                 and not any(getattr(n, "clipping_norm", None) for n in chain(self.strategy)):
             self._read_claim(arrays, config)
@@ -220,7 +210,6 @@ class NodeRecorder(_Recorder):
         from flwr.app import RecordDict
 
         from .app_canary_claim import local_dp_claim
-        from .app_runtime import chain
 
         keys = next(((getattr(n, "arrayrecord_key", None), getattr(n, "configrecord_key", None))
                      for n in chain(self.strategy) if getattr(n, "arrayrecord_key", None)), ("arrays", "config"))
@@ -303,8 +292,6 @@ def attach(top: Strategy, audit, canaries: Canaries, nodes: int, partitions: dic
     """``top`` (the strategy the ServerApp starts, holding ``audit``) with the canary nodes' recorder around it and
     the canary replies going around ``audit``; ``client``: the ClientApp the simulation runs (the nodes'
     LocalDpMod claim is read from it where the train config carries no clip norm)."""
-    from .app_runtime import chain
-
     for node in chain(top):
         if getattr(node, "accountant", None) is not None and getattr(node, "num_sampled_clients", None):
             raise FedleakError(f"canary nodes cannot join {type(node).__name__}: its Flower accountant refuses a round "
@@ -323,8 +310,6 @@ def _claimed_noise(recorder: NodeRecorder, replies: float) -> Optional[float]:
     """σ of the sum the canaries see: the wrapper's noise_multiplier · replies / num_sampled_clients (its noise is
     sized for num_sampled_clients replies, the mean is over all of them); with the nodes' LocalDpMod claim, s·√n/C
     (n replies each noised N(0, s²), as ``fedleak dp-audit`` claims it: :mod:`fedleak.privacy.federation`)."""
-    from .app_runtime import chain
-
     if recorder.claim is not None:
         return recorder.claim["noise_std"] * math.sqrt(replies) / recorder.claim["clipping_norm"]
     for node in chain(recorder.strategy):

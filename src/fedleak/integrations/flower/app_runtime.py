@@ -23,6 +23,7 @@ from typing import Optional
 
 from ...errors import FedleakError
 from . import app_loading
+from .app_chains import chain
 
 @dataclass
 class Watch:
@@ -43,15 +44,6 @@ class Watch:
     partitions: dict = field(default_factory=dict)  # Flower's node id → partition id of the simulation
     recorders: list = field(default_factory=list)  # the canary nodes' recorders (app_canary_nodes.NodeRecorder)
     client_app: object = None  # the ClientApp the simulation runs with canary nodes (app_canary_nodes.CanaryNodeApp)
-
-
-def chain(strategy) -> list:
-    """The strategy and every strategy it wraps (``.strategy`` attributes), outermost first."""
-    out, node = [], strategy
-    while node is not None and len(out) < 32 and all(node is not seen for seen in out):
-        out.append(node)
-        node = getattr(node, "strategy", None)
-    return out
 
 
 def _add_canaries(top, watch: Watch):
