@@ -17,17 +17,13 @@ from typing import Optional
 
 from ...audit.judge.verdict import judge_evidence, worst
 from ...audit.plan.threats import HONEST, MALICIOUS
+from ...metrics.summary import mean
 
 #: what a server-side audit of a simulated Flower app cannot see (stated in every report)
 CANNOT_SEE = ("the clients' data (their batches are scored only where a simulated client opted in to share it; a "
               "deployment's clients never do), the ClientApp's internals (a client-side DP mod is seen only through "
               "the reply it shapes), and anything the strategy never sends or receives")
 IMPRINT = ("imprint", "imprint-sparse", "imprint-one-shot", "cah")
-
-
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
 
 
 def attack_summaries(records: list, iterations: Optional[int] = None, factor: Optional[float] = None) -> dict:
@@ -49,7 +45,7 @@ def attack_summaries(records: list, iterations: Optional[int] = None, factor: Op
              "verbatim": sum(int(r.get("verbatim") or 0) for r in rs),
              "levels": [(r.get("leakage") or {}).get("level") for r in rs]}
         for key in ("psnr", "ssim", "rec_percent", "iip"):
-            s[key] = _mean([r.get(key) for r in scored])
+            s[key] = mean([r.get(key) for r in scored])
         s["psnr_per_input"] = [p for r in scored for p in (r.get("psnr_per_input") or [])]
         s["per_client"] = [{"target": f"round {r['round']}, node {r['client']}", "psnr": r.get("psnr"),
                             "rec_percent": r.get("rec_percent"), "num_inputs": r.get("num_examples")} for r in scored]

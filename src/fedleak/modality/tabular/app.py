@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 from typing import Optional
 
+from ...metrics.summary import mean
 from . import judge
 from .report import _value, record_table
 
@@ -71,25 +72,20 @@ def proved(record: dict) -> bool:
         and bool((exact.get("verification") or {}).get("matches", True))
 
 
-def _mean(values) -> Optional[float]:
-    values = [float(v) for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
 def _attack(replies: list) -> dict:
     """One attack's figures over its replies: scored ones by their shared batch, proved ones whole."""
     scored = [r for r in replies if r.get("exact_match_rate") is not None]
     shown = [r for r in replies if proved(r)]
     # per reply: its shared batch's exact-match rate; else all of its records where proved (the update recomputed
     # from them); else none (unknown: the figure is a lower bound)
-    recognizable = 100 * _mean(r["exact_match_rate"] if r in scored else float(r in shown) for r in replies)
+    recognizable = 100 * mean(r["exact_match_rate"] if r in scored else float(r in shown) for r in replies)
     return {"replies": len(replies), "proved": len(shown), "scored": len(scored),
             "recognizable_percent": recognizable,
-            "accuracy": _mean(r.get("accuracy") for r in scored),
-            "categorical_accuracy": _mean(r.get("categorical_accuracy") for r in scored),
-            "continuous_accuracy": _mean(r.get("continuous_accuracy") for r in scored),
-            "prior_accuracy": _mean(r.get("prior_accuracy") for r in scored),
-            "random_accuracy": _mean(r.get("random_accuracy") for r in scored),
+            "accuracy": mean(r.get("accuracy") for r in scored),
+            "categorical_accuracy": mean(r.get("categorical_accuracy") for r in scored),
+            "continuous_accuracy": mean(r.get("continuous_accuracy") for r in scored),
+            "prior_accuracy": mean(r.get("prior_accuracy") for r in scored),
+            "random_accuracy": mean(r.get("random_accuracy") for r in scored),
             "records": sum(int(r.get("num_examples") or r.get("reconstructed") or 0) for r in replies),
             "proved_percent": 100 * len(shown) / len(replies),
             "evidence": "proved" if len(shown) == len(replies) else "estimated" if scored else "not-found"}

@@ -17,6 +17,8 @@ optimization attack at its budget; *not-found* otherwise.
 
 from __future__ import annotations
 
+from ...metrics.summary import mean
+
 HIGH_PERCENT = 25.0
 PARTIAL_POINTS = 10.0
 RECOVERED_ITEM = ("a record whose every column is right (categories equal, numbers within 0.319 sigma of the "
@@ -25,11 +27,6 @@ RULE = (f"high: the strongest attack recovers at least {HIGH_PERCENT:.0f}% of a 
         f"{RECOVERED_ITEM}), averaged over the audited clients; medium: it recovers some but fewer than "
         f"{HIGH_PERCENT:.0f}%, or none whole but its cell accuracy beats the prior (marginal) baseline by at least "
         f"{PARTIAL_POINTS:.0f} points; inconclusive: neither at the stated budget (not evidence of protection).")
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else 0.0
 
 
 def level(recognizable_percent: float, accuracy=None, prior_accuracy=None) -> str:
@@ -50,16 +47,16 @@ def judge(clients: list[dict]) -> dict:
     for name in names:
         scores = [c["attacks"][name] for c in clients]
         per_attack[name] = {
-            "recognizable_percent": 100 * _mean(s["exact_match_rate"] for s in scores),
-            "accuracy": _mean(s["accuracy"] for s in scores),
-            "prior_accuracy": _mean(s["prior"]["accuracy"] for s in scores),
-            "random_accuracy": _mean(s["random"]["accuracy"] for s in scores),
+            "recognizable_percent": 100 * mean((s["exact_match_rate"] for s in scores), empty=0.0),
+            "accuracy": mean((s["accuracy"] for s in scores), empty=0.0),
+            "prior_accuracy": mean((s["prior"]["accuracy"] for s in scores), empty=0.0),
+            "random_accuracy": mean((s["random"]["accuracy"] for s in scores), empty=0.0),
             "proved": all(s["evidence"] == "proved" for s in scores),
             "evidence": "proved" if all(s["evidence"] == "proved" for s in scores) else scores[0]["evidence"],
         }
         if all("certified" in s for s in scores):  # VGIA: records proved one by one (their share of the update)
-            per_attack[name]["certified_percent"] = 100 * _mean(s["certified"] / c["records"]
-                                                                for s, c in zip(scores, clients))
+            per_attack[name]["certified_percent"] = 100 * mean((s["certified"] / c["records"]
+                                                                 for s, c in zip(scores, clients)), empty=0.0)
     if not per_attack:
         return {"verdict": "not run", "evidence": "not-found", "strongest": None, "attacks": {}}
     strongest = max(per_attack, key=lambda k: (per_attack[k]["recognizable_percent"], per_attack[k]["proved"],
