@@ -94,13 +94,14 @@ def test_one_softmax_over_all_blocks_is_each_blocks_own(german):
     z = torch.randn(2, 5, schema.width) * 3
     first, second = schema.categorical_blocks()[:2]
     z[0, 0, first], z[0, 0, second] = 400.0, -400.0  # one record's blocks ~200 apart: exp underflows below the max
+    cont = schema.continuous_index()
+    z[1, 0, cont[0]], z[1, 1, cont[-1]] = 300.0, -300.0  # sigmoids far out: the categorical blocks underflow
     out = _StructuralPrior(schema, z, softmax=True)(z)
     raw = schema.destandardize(z)
     mean, std = schema._stats(z)
     for block in schema.categorical_blocks():
         expected = (torch.softmax(raw[..., block], dim=-1) - mean[block]) / std[block]
         assert torch.allclose(out[..., block], expected, atol=1e-5)
-    cont = schema.continuous_index()
     low, high = schema.bounds(z)
     assert torch.allclose(out[..., cont], low + (high - low) * torch.sigmoid(z[..., cont]), atol=1e-6)
     assert not math.isnan(float(out.sum()))

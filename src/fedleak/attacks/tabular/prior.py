@@ -41,6 +41,17 @@ class StructuralPrior:
         self.cat_mean, self.cat_std = mean[self.cat], std[self.cat]
         self.member = member.to(like)
         self.span = self.high - self.low
+        # the full-width map (:class:`_SoftmaxSigmoid`): continuous columns are singleton blocks with a zero logit
+        k = len(self.cont)
+        self.in_scale = torch.cat([self.cat_std, torch.ones(k).to(like)])
+        self.in_offset = torch.cat([self.cat_mean, torch.zeros(k).to(like)])
+        self.out_scale = torch.cat([1.0 / self.cat_std, self.span])
+        self.out_offset = torch.cat([-self.cat_mean / self.cat_std, self.low])
+        full = torch.zeros(len(cat) + k, len(self.blocks) + k)
+        full[:len(cat), :len(self.blocks)] = member
+        full[len(cat):, len(self.blocks):] = torch.eye(k)
+        self.full_member = full.to(like)
+        self.implicit = torch.cat([torch.zeros(len(self.blocks)), torch.ones(k)]).to(like)
         self.perm = torch.cat([self.cat, self.cont])  # grouped column j = schema column perm[j]
         self.inverse = torch.argsort(self.perm)
 
@@ -83,6 +94,20 @@ class StructuralPrior:
             return e / (sums @ self.member.T)
         return e.div_(sums @ self.member.T)
 
+    def full_probabilities(self, z: torch.Tensor) -> torch.Tensor:
+        """Every block's softmax over the full width (grouped columns, no autograd): the categorical blocks'
+        probabilities, and each continuous column's sigmoid as the softmax of (z, 0). One shift per record,
+        m = max(0, largest logit), so nothing overflows; if a block's sum underflows (< 1e-30) the categorical blocks
+        are computed block by block (:meth:`_probabilities`) and the sigmoids by torch's kernel."""
+        raw = torch.addcmul(self.in_offset, z, self.in_scale)
+        shift = raw.amax(dim=-1, keepdim=True).clamp_min_(0.0)
+        e = torch.sub(raw, shift).exp_()
+        sums = torch.matmul(e, self.full_member).add_(torch.exp(-shift) * self.implicit)
+        if bool((sums < 1e-30).any()):
+            c = self.width
+            return torch.cat([self._probabilities(z[..., :c]), torch.sigmoid(z[..., c:])], dim=-1)
+        return e.div_(torch.matmul(sums, self.full_member.T))
+
     def restart_output(self, z: torch.Tensor) -> torch.Tensor:
         """A restart's result as the reference returns it (§2 step 5): the categorical blocks stay the optimized
         logits, the continuous columns go through the sigmoid. The pooling and the entropy softmax the logits ONCE
@@ -96,30 +121,25 @@ class StructuralPrior:
 
 
 class _SoftmaxSigmoid(torch.autograd.Function):
-    """z (grouped columns) → records (grouped columns), and its backward by hand (module docstring): categorical
-    x = (p − μ)/σ with p the block softmax of σz + μ, so ∂z = σ ⊙ (q − p ⊙ Σ_block q), q = p ⊙ ∂x/σ; continuous
-    x = low + span·s, s = sigmoid(z), so ∂z = ∂x ⊙ span ⊙ s(1 − s)."""
+    """z (grouped columns) → records (grouped columns), and its backward by hand, over the full width at once.
+
+    A sigmoid is the softmax of a block of two logits, z and a constant 0: so every continuous column is a block
+    of its own with an implicit zero logit, and one block softmax p serves all columns. Then x = a ⊙ p + b
+    (categorical a = 1/σ, b = −μ/σ: re-standardized; continuous a = span, b = low) and, with q = p ⊙ a ⊙ ∂x,
+    ∂z = s ⊙ (q − p ⊙ Σ_block q), s the de-standardizing scale (σ, or 1 for a continuous column): for a continuous
+    column that is ∂x ⊙ span ⊙ p(1 − p), the sigmoid's derivative."""
 
     @staticmethod
     def forward(ctx, z, prior):
-        c = prior.width
-        out = torch.empty_like(z)
-        p = prior._probabilities(z[..., :c])
-        torch.addcmul(-prior.cat_mean / prior.cat_std, p, 1.0 / prior.cat_std, out=out[..., :c])
-        s = torch.sigmoid(z[..., c:])
-        torch.addcmul(prior.low, s, prior.span, out=out[..., c:])
-        ctx.save_for_backward(p, s)
+        p = prior.full_probabilities(z)
+        ctx.save_for_backward(p)
         ctx.prior = prior
-        return out
+        return torch.addcmul(prior.out_offset, p, prior.out_scale)
 
     @staticmethod
     def backward(ctx, grad):
-        p, s = ctx.saved_tensors
+        (p,) = ctx.saved_tensors
         prior = ctx.prior
-        c = prior.width
-        dz = torch.empty_like(grad)
-        q = (grad[..., :c] / prior.cat_std).mul_(p)
-        q.addcmul_(p, (q @ prior.member) @ prior.member.T, value=-1.0)
-        torch.mul(q, prior.cat_std, out=dz[..., :c])
-        torch.mul(grad[..., c:] * prior.span, s * (1.0 - s), out=dz[..., c:])
-        return dz, None
+        q = (grad * prior.out_scale).mul_(p)
+        q.addcmul_(p, (q @ prior.full_member) @ prior.full_member.T, value=-1.0)
+        return q.mul_(prior.in_scale), None
