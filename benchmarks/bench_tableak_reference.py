@@ -56,6 +56,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _results import fresh  # noqa: E402
+import tableak_reference_fedavg as fedavg  # noqa: E402  (the FedAvg setting: DATASET:N:fedavg-eE-mM)
 
 OUT = HERE / "results" / "tableak_reference.json"  # the run the docs quote
 DOC = HERE.parent / "docs" / "tabular.md"
@@ -223,6 +224,8 @@ def prepare(reference: Reference, dataset: str, records: int, batch: int, seed: 
 def attack(reference: Reference, job: dict, implementation: str, restarts: int, iterations: int, seed: int,
            batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(reconstruction in fedleak's encoding, in the reference's encoding)."""
+    if job.get("fedavg"):
+        return fedavg.attack(sys.modules[__name__], reference, job, implementation, restarts, iterations, seed, batch)
     schema, ref, perm = job["spec"].schema, job["ref"], job["perm"]
     if implementation == "fedleak":
         from fedleak.attacks import build as build_attack
@@ -256,6 +259,7 @@ def run_one(reference: Reference, job: dict, setting: dict, implementation: str)
             "reference_metric": reference_metric(job["ref"], reference.utils, job["truth_mixed"], guess_ref),
             "fedleak_metric": fedleak_metric(job["spec"].schema, guess, truth, seed),
             "gradient_cosine": job["gradient_cosine"], "encoding_max_abs_diff": job["encoding_max_abs_diff"],
+            **({"update_relative_difference": job["update_relative_difference"]} if job.get("fedavg") else {}),
             "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1), "threads": torch.get_num_threads(),
             "load_average_before": [round(v, 2) for v in load_before],
             "load_average": [round(v, 2) for v in os.getloadavg()], "device": "cpu",
@@ -288,7 +292,7 @@ def summary(rows: list[dict]) -> list[dict]:
     for r in rows:
         if r.get("attack_seed", r.get("seed")) != r.get("seed"):
             continue  # another draw of restarts on the same batch: :func:`seed_table`
-        groups.setdefault((r["dataset"], r["records"], r["restarts"], r["iterations"]), []).append(r)
+        groups.setdefault((fedavg.label(r), r["records"], r["restarts"], r["iterations"]), []).append(r)
     out = []
     for (dataset, records, restarts, iterations), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0])):
         by = {impl: {r["batch"]: r for r in group if r["implementation"] == impl} for impl in IMPLEMENTATIONS}
@@ -338,14 +342,14 @@ def seed_table(rows: list[dict]) -> str:
     (reference metric) per draw — how far one batch's figure moves with the restarts alone."""
     groups: dict = {}
     for r in rows:
-        key = (r["dataset"], r["records"], r["restarts"], r["iterations"], r["batch"])
+        key = (fedavg.label(r), r["records"], r["restarts"], r["iterations"], r["batch"])
         groups.setdefault(key, {}).setdefault(r["implementation"], {})[r.get("attack_seed", r.get("seed"))] = \
             r["reference_metric"]["accuracy"]
     lines = []
     for (dataset, records, restarts, iterations, batch), by in sorted(groups.items()):
         if max(len(v) for v in by.values()) < 2:
             continue
-        main = {r.get("seed") for r in rows if (r["dataset"], r["records"], r["batch"]) == (dataset, records, batch)}
+        main = {r.get("seed") for r in rows if (fedavg.label(r), r["records"], r["batch"]) == (dataset, records, batch)}
         cells = [f"{impl}: " + ", ".join(f"{100 * a:.1f}" for _, a in sorted(by[impl].items(),
                                                                              key=lambda kv: (kv[0] not in main, kv[0])))
                  for impl in IMPLEMENTATIONS if impl in by]
@@ -360,21 +364,26 @@ def seed_table(rows: list[dict]) -> str:
 MARK = ("<!-- regen:bench-tableak-reference -->", "<!-- /regen:bench-tableak-reference -->")
 
 
-def write_doc(rows: list[dict]) -> None:
+def write_doc(rows: list[dict], fedavg_rows: list[dict] = ()) -> None:
     text = DOC.read_text()
-    start, end = text.index(MARK[0]) + len(MARK[0]), text.index(MARK[1])
-    DOC.write_text(text[:start] + "\n" + table(rows) + seed_table(rows) + "\n" + text[end:])
+    for mark, part in ((MARK, rows), (fedavg.MARK, fedavg_rows)):
+        if part or mark is MARK:
+            start, end = text.index(mark[0]) + len(mark[0]), text.index(mark[1])
+            text = text[:start] + "\n" + table(part) + seed_table(part) + "\n" + text[end:]
+    DOC.write_text(text)
 
 
 # ----- driver -------------------------------------------------------------------------------------------------------
-def parse_settings(text: str) -> list[tuple[str, int]]:
+def parse_settings(text: str, lr: float = fedavg.LR, epoch_prior: float = fedavg.EPOCH_PRIOR) -> list[tuple]:
     out = []
     for item in text.split(","):
         name, sep, size = item.strip().partition(":")
-        if name not in ("adult", "german") or not sep or not size.isdigit() or not 1 <= int(size) <= 1024:
-            raise BadInput(f"--settings: {item.strip()!r} is not DATASET:B with DATASET adult or german and "
-                           f"1 <= B <= 1024")
-        out.append((name, int(size)))
+        size, _, local = size.partition(":")
+        if name not in ("adult", "german") or not sep or not size.isdigit() or not 1 <= int(size) <= 1024 or \
+                (local and not fedavg.parse(local, int(size), lr, epoch_prior)):
+            raise BadInput(f"--settings: {item.strip()!r} is not DATASET:B (FedSGD) or DATASET:N:fedavg-eE-mM with "
+                           f"DATASET adult or german, 1 <= B, N <= 1024, 1 <= E <= 100, 1 <= M <= N")
+        out.append((name, int(size), fedavg.parse(local, int(size), lr, epoch_prior) if local else None))
     return out
 
 
@@ -394,7 +403,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", default=os.environ.get("TABLEAK_REFERENCE"),
                         help="a checkout of eth-sri/tableak (commit 6b8c1c8); without it the benchmark is skipped")
-    parser.add_argument("--settings", default="adult:32,german:32", help="DATASET:B,... (run in this order)")
+    parser.add_argument("--settings", default="adult:32,german:32",
+                        help="DATASET:B,... (FedSGD) or DATASET:N:fedavg-eE-mM (E local epochs of batches of M; "
+                             "benchmarks/tableak_reference_fedavg.py), run in this order")
+    parser.add_argument("--lr", type=float, default=fedavg.LR, help="FedAvg settings: the clients' local lr")
+    parser.add_argument("--epoch-prior", type=float, default=fedavg.EPOCH_PRIOR,
+                        help="FedAvg settings: λ of the epoch-matching prior, for both codes")
     parser.add_argument("--batches", type=int, default=3, help="batches (clients) per setting")
     parser.add_argument("--restarts", type=int, default=30)
     parser.add_argument("--iterations", type=int, default=1500)
@@ -412,10 +426,12 @@ def main(argv=None) -> int:
                              "one of the same setting, batch and implementation): the two implementations run as "
                              "separate jobs, each writing its own file")
     parser.add_argument("--results", default=str(OUT), help="with --doc: the results file the docs quote")
+    parser.add_argument("--fedavg-results", default=str(fedavg.OUT), help="with --doc: the FedAvg results file")
     args = parser.parse_args(argv)
     try:
         if args.doc:
-            write_doc(read_rows(Path(args.results)))
+            fedavg_rows = read_rows(Path(args.fedavg_results)) if Path(args.fedavg_results).exists() else []
+            write_doc(read_rows(Path(args.results)), fedavg_rows)
             return 0
         if args.merge:
             merged: dict = {}
@@ -425,7 +441,7 @@ def main(argv=None) -> int:
             _write(Path(args.out), list(merged.values()))
             print(f"{len(merged)} rows from {len(args.merge)} files -> {args.out}")
             return 0
-        settings = parse_settings(args.settings)
+        settings = parse_settings(args.settings, args.lr, args.epoch_prior)
         implementations = [i.strip() for i in args.implementations.split(",")]
         if not implementations or any(i not in IMPLEMENTATIONS for i in implementations):
             raise BadInput(f"--implementations: {args.implementations!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
@@ -447,18 +463,22 @@ def main(argv=None) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     _commit()  # the code this process runs: HEAD now, not when a later row is written
     done = {_key(r) for r in rows}
-    for dataset, records in settings:
+    for dataset, records, local in settings:
         for batch in range(args.batches):
             attack_seed = args.seed if args.attack_seed is None else args.attack_seed
             todo = [i for i in implementations
-                    if (dataset, records, batch, args.restarts, args.iterations, i, attack_seed) not in done]
+                    if (fedavg.label({"dataset": dataset, "fedavg": local}), records, batch, args.restarts,
+                        args.iterations, i, attack_seed) not in done]
             if not todo:
                 continue
-            job = prepare(reference, dataset, records, batch, args.seed, args.model_seed)
+            job = prepare(reference, dataset, records, batch, args.seed, args.model_seed) if local is None else \
+                fedavg.prepare(sys.modules[__name__], reference, dataset, records, batch, args.seed, args.model_seed,
+                               local)
             for implementation in todo:
                 setting = {"dataset": dataset, "records": records, "batch": batch, "restarts": args.restarts,
                            "iterations": args.iterations, "seed": args.seed, "model_seed": args.model_seed,
-                           "attack_seed": attack_seed, "labels": "known", "algorithm": "fedsgd"}
+                           "attack_seed": attack_seed, "labels": "known",
+                           **({"algorithm": "fedsgd"} if local is None else {"algorithm": "fedavg", "fedavg": local})}
                 row = run_one(reference, job, setting, implementation)
                 rows.append(row)
                 print(f"{dataset} B={records} batch {batch} {implementation}: accuracy "
@@ -471,7 +491,7 @@ def main(argv=None) -> int:
 
 
 def _key(r: dict) -> tuple:
-    return (r["dataset"], r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"],
+    return (fedavg.label(r), r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"],
             r.get("attack_seed", r.get("seed")))
 
 

@@ -22,6 +22,8 @@ def bench():
 @pytest.mark.parametrize("argv, needle", [
     (["--settings", "adult:0"], "--settings: 'adult:0'"),
     (["--settings", "mnist:32"], "--settings: 'mnist:32'"),
+    (["--settings", "adult:32:fedavg-e1-m64"], "--settings: 'adult:32:fedavg-e1-m64'"),  # m > N
+    (["--settings", "adult:32:fedsgd"], "--settings: 'adult:32:fedsgd'"),
     (["--implementations", "fedleak,other"], "--implementations"),
     (["--restarts", "0"], "--restarts must be at least 1"),
 ])
@@ -92,3 +94,18 @@ def test_other_draws_of_restarts_stay_out_of_the_side_by_side_and_get_their_own_
     assert entry["fedleak"]["reference_metric"]["accuracy"] == [0.78]  # the main draw only
     assert "| adult | 32 | 30 × 1500 | 0 | fedleak: 78.0, 82.0 · reference: 80.0 |" in bench.seed_table(rows)
     assert bench.seed_table(rows[:2]) == ""
+
+
+def test_fedavg_settings_parse_and_get_their_own_table_lines(bench):
+    """``DATASET:N:fedavg-eE-mM`` (tableak_reference_fedavg.py): its rows are grouped apart from FedSGD's."""
+    assert bench.parse_settings("adult:32,german:32:fedavg-e5-m8", 0.01, 0.05) == [
+        ("adult", 32, None), ("german", 32, {"local_epochs": 5, "local_batch": 8, "lr": 0.01, "epoch_prior": 0.05})]
+    local = {"local_epochs": 1, "local_batch": 8, "lr": 0.01, "epoch_prior": 0.01}
+    rows = [_row("fedleak", 0, 0.8, 20.0), _row("reference", 0, 0.7, 300.0)]
+    rows += [{**r, "algorithm": "fedavg", "fedavg": local} for r in (_row("fedleak", 0, 0.6, 30.0),
+                                                                      _row("reference", 0, 0.65, 330.0))]
+    sgd, avg = bench.summary(rows)
+    assert (sgd["dataset"], sgd["reference"]["reference_metric"]["accuracy"]) == ("adult", [0.7])
+    assert (avg["dataset"], avg["fedleak"]["reference_metric"]["accuracy"]) == ("adult FedAvg E 1 m 8 λ 0.01", [0.6])
+    assert "| adult FedAvg E 1 m 8 λ 0.01 | 32 | 30 × 1500 | 1 | fedleak | 60.0 |" in bench.table(rows)
+    assert len({bench._key(r) for r in rows}) == 4  # a FedAvg row never counts as the FedSGD one done
