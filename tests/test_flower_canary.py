@@ -5,7 +5,8 @@
 canaries see; ε from Flower's ``RdpAccountant`` for that σ). With σ set
 for an exact ε = 4 the bound stays below it and Flower's accountant reports its RDP ε; a wrapper claiming that σ but
 adding no noise is proved not to be in force and the bound exceeds the claimed ε = 4. Fixed seeds (numpy's global seed for Flower's
-noise); measured 17 s for the file (4 federations) on the loaded 2-core machine (load average 8–9).
+noise); measured 17 s for the file (then 4 federations, now 3: the claimed-σ one is shared by two tests) on the
+loaded 2-core machine (load average 8–9).
 """
 
 from __future__ import annotations
@@ -76,11 +77,19 @@ def _run(tmp_path, noise: float, applied: bool = True, adaptive: bool = False) -
     return holder["report"]
 
 
-def test_claimed_noise_bounded_and_accounted(tmp_path):
+@pytest.fixture(scope="module")
+def claimed(tmp_path_factory):
+    """The federation under Flower's own fixed-clipping wrapper at the claimed σ, run once for the two tests that
+    read its report (the same seeds: the same report)."""
+    out = tmp_path_factory.mktemp("claimed")
+    return _run(out, NOISE), out
+
+
+def test_claimed_noise_bounded_and_accounted(claimed):
     """σ for ε = 4 (exact GDP, T = 3): both threats' statistics, the bound below 4, Flower's RDP ε ≥ 4 reported.
     This seed: bound 1.51 of 4 (141 of 300 canaries inserted), separation μ̂ = 0.86 where √T/σ = 0.93. 8 s under
     load (the first federation of the file: imports and warm-up)."""
-    r = _run(tmp_path, NOISE)
+    r, tmp_path = claimed
     assert r["rounds"] == ROUNDS and r["clip_norms"] == [CLIP] * ROUNDS
     assert set(r["lower_bounds"]) == {"all-iterates", "final-model"} == set(r["estimates"])
     assert 0 <= r["epsilon_lower"] < 4.0
@@ -108,9 +117,10 @@ def test_noise_claimed_but_not_applied_is_found_and_estimated(tmp_path):
     assert r["noise_test"]["flagged"] and r["noise_test"]["noise_ratio"] < 0.5 and r["noise_test"]["p_value"] < 1e-6
 
 
-def test_flowers_own_wrapper_is_gaussian_by_construction(tmp_path):
-    """Flower's own fixed-clipping wrapper: the μ-GDP figure is the proved ε, with its assumption stated."""
-    r = _run(tmp_path, NOISE)
+def test_flowers_own_wrapper_is_gaussian_by_construction(claimed):
+    """Flower's own fixed-clipping wrapper: the μ-GDP figure is the proved ε, with its assumption stated (the
+    federation of the test above, run once)."""
+    r, _ = claimed
     assert "Gaussian" in r["assumption"] and "DifferentialPrivacyServerSideFixedClipping" in r["assumption"]
     assert r["epsilon_lower"] == r["lower_bounds"]["all-iterates"]["epsilon_gdp"]
 
