@@ -59,18 +59,35 @@ def _pick(pixels: np.ndarray, labels: np.ndarray, split: str) -> tuple[np.ndarra
     return pixels[keep], labels[keep]
 
 
+def _load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``load_digits()`` images (1,797 × 8 × 8, float64) and targets (int64), read from the file it
+    reads (``sklearn/datasets/data/digits.csv.gz``) without importing scikit-learn: the import costs 1.4–2 CPU-s in
+    every fresh process that loads the digits (the CLI, each Flower ClientApp process); equal arrays, checked in
+    ``tests/test_data.py``. A scikit-learn without that file: its own ``load_digits``."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("sklearn")
+    path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec and spec.origin else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        return digits.images, digits.target
+    data = np.loadtxt(path, delimiter=",")  # 64 pixel columns, then the target (load_digits' own parsing)
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
+
+
 @lru_cache(maxsize=1)
 def digits_pool() -> tuple[np.ndarray, np.ndarray]:
     """All 1,797 digits as float32 (N, 1, 28, 28) in [0, 1] (white background) and labels."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    small = torch.from_numpy(digits.images.astype(np.float32) / 16.0)[:, None]
+    images, target = _load_digits()
+    small = torch.from_numpy(images.astype(np.float32) / 16.0)[:, None]
     big = F.interpolate(small, size=(20, 20), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
     ink = F.pad(big, (4, 4, 4, 4))
     pixels = (1.0 - ink).numpy()
     pixels.setflags(write=False)
-    labels = digits.target.astype(np.int64)
+    labels = target.astype(np.int64)
     labels.setflags(write=False)
     return pixels, labels
 
