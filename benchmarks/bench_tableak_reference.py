@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import platform
@@ -57,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _results import fresh  # noqa: E402
 import tableak_reference_fedavg as fedavg  # noqa: E402  (the FedAvg setting: DATASET:N:fedavg-eE-mM)
+import tableak_reference_findings as findings  # noqa: E402  (the sentences under the table)
 
 OUT = HERE / "results" / "tableak_reference.json"  # the run the docs quote
 DOC = HERE.parent / "docs" / "tabular.md"
@@ -286,13 +288,20 @@ def _ms(values: list) -> str:
         f"{values[0]:.1f}"
 
 
+def setting_label(r: dict) -> str:
+    """The table's first column: the dataset (and FedAvg protocol), and the measuring conditions when a row
+    states them (``--conditions``: e.g. an idle machine), so that rows timed under different conditions are
+    never averaged together."""
+    return fedavg.label(r) + (f" ({r['conditions']})" if r.get("conditions") else "")
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """Per (dataset, B, restarts, iterations): both implementations on the batches BOTH finished."""
     groups: dict = {}
     for r in rows:
         if r.get("attack_seed", r.get("seed")) != r.get("seed"):
             continue  # another draw of restarts on the same batch: :func:`seed_table`
-        groups.setdefault((fedavg.label(r), r["records"], r["restarts"], r["iterations"]), []).append(r)
+        groups.setdefault((setting_label(r), r["records"], r["restarts"], r["iterations"]), []).append(r)
     out = []
     for (dataset, records, restarts, iterations), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0])):
         by = {impl: {r["batch"]: r for r in group if r["implementation"] == impl} for impl in IMPLEMENTATIONS}
@@ -342,14 +351,14 @@ def seed_table(rows: list[dict]) -> str:
     (reference metric) per draw — how far one batch's figure moves with the restarts alone."""
     groups: dict = {}
     for r in rows:
-        key = (fedavg.label(r), r["records"], r["restarts"], r["iterations"], r["batch"])
+        key = (setting_label(r), r["records"], r["restarts"], r["iterations"], r["batch"])
         groups.setdefault(key, {}).setdefault(r["implementation"], {})[r.get("attack_seed", r.get("seed"))] = \
             r["reference_metric"]["accuracy"]
     lines = []
     for (dataset, records, restarts, iterations, batch), by in sorted(groups.items()):
         if max(len(v) for v in by.values()) < 2:
             continue
-        main = {r.get("seed") for r in rows if (fedavg.label(r), r["records"], r["batch"]) == (dataset, records, batch)}
+        main = {r.get("seed") for r in rows if (setting_label(r), r["records"], r["batch"]) == (dataset, records, batch)}
         cells = [f"{impl}: " + ", ".join(f"{100 * a:.1f}" for _, a in sorted(by[impl].items(),
                                                                              key=lambda kv: (kv[0] not in main, kv[0])))
                  for impl in IMPLEMENTATIONS if impl in by]
@@ -369,7 +378,8 @@ def write_doc(rows: list[dict], fedavg_rows: list[dict] = ()) -> None:
     for mark, part in ((MARK, rows), (fedavg.MARK, fedavg_rows)):
         if part or mark is MARK:
             start, end = text.index(mark[0]) + len(mark[0]), text.index(mark[1])
-            text = text[:start] + "\n" + table(part) + seed_table(part) + "\n" + text[end:]
+            text = text[:start] + "\n" + table(part) + findings.findings(summary(part)) + seed_table(part) + "\n" + \
+                text[end:]
     DOC.write_text(text)
 
 
@@ -415,6 +425,8 @@ def main(argv=None) -> int:
     parser.add_argument("--implementations", default="fedleak,reference")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model-seed", type=int, default=0)
+    parser.add_argument("--conditions", default=None,
+                        help="how the machine was used while timing (stored in each new row, its own table line)")
     parser.add_argument("--attack-seed", type=int, default=None,
                         help="the attacks' random restarts (default: --seed); the same batches with another draw "
                              "of restarts measure how much one batch's accuracy moves with the restarts alone")
@@ -461,13 +473,17 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    # torch.optim's first optimizer imports torch._dynamo (1-3 CPU-s, once per process): paid here, not inside
+    # the CPU time of whichever attack of the first batch happens to run first
+    importlib.import_module("torch._dynamo")
     _commit()  # the code this process runs: HEAD now, not when a later row is written
     done = {_key(r) for r in rows}
     for dataset, records, local in settings:
         for batch in range(args.batches):
             attack_seed = args.seed if args.attack_seed is None else args.attack_seed
             todo = [i for i in implementations
-                    if (fedavg.label({"dataset": dataset, "fedavg": local}), records, batch, args.restarts,
+                    if (setting_label({"dataset": dataset, "fedavg": local, "conditions": args.conditions}), records,
+                        batch, args.restarts,
                         args.iterations, i, attack_seed) not in done]
             if not todo:
                 continue
@@ -478,6 +494,7 @@ def main(argv=None) -> int:
                 setting = {"dataset": dataset, "records": records, "batch": batch, "restarts": args.restarts,
                            "iterations": args.iterations, "seed": args.seed, "model_seed": args.model_seed,
                            "attack_seed": attack_seed, "labels": "known",
+                           **({"conditions": args.conditions} if args.conditions else {}),
                            **({"algorithm": "fedsgd"} if local is None else {"algorithm": "fedavg", "fedavg": local})}
                 row = run_one(reference, job, setting, implementation)
                 rows.append(row)
@@ -491,7 +508,7 @@ def main(argv=None) -> int:
 
 
 def _key(r: dict) -> tuple:
-    return (fedavg.label(r), r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"],
+    return (setting_label(r), r["records"], r["batch"], r["restarts"], r["iterations"], r["implementation"],
             r.get("attack_seed", r.get("seed")))
 
 
