@@ -152,8 +152,8 @@ MARK = ("<!-- regen:bench-tableak-floor -->", "<!-- /regen:bench-tableak-floor -
 def table(rows: list[dict]) -> str:
     """The docs' table: per setting, one iteration's CPU split, and per batch against the 10× budget."""
     lines = ["| data | B | conditions | ms per iteration | profiled iteration (cProfile): matrix products (ms) | "
-             "profiled: the rest (ms) | products alone, hot caches (ms) | products alone per batch (s) | reference per batch (s; timed how, "
-             "batches) | 10× budget per batch (s) | products alone / budget |",
+             "profiled: the rest (ms) | products alone, hot caches (ms) | products alone per batch (s) | "
+             "reference per batch (s; timed how, batches) | 10× budget per batch (s) | products alone / budget |",
              "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         budget = r.get("target_seconds_per_batch")
