@@ -228,3 +228,22 @@ def test_fedleak_attack_prints_progress_lines_off_a_terminal(tmp_path, capsys, m
     assert lines[0].endswith("attack inverting-gradients"), err
     # issue 46: the end line says how long it ran and where it ended; no percent lines between
     assert ": done in " in lines[-1] and "(iteration 30/30, loss " in lines[-1] and "%" not in err, err
+
+
+def test_log_every_below_one_is_refused_and_fused_adam_takes_the_same_steps():
+    """``log_every`` is a modulus of the loop: 0 used to end in a ZeroDivisionError mid-attack; it is refused when
+    the configuration is made. TabLeak's ``fused`` Adam (torch's one-kernel step) takes the same steps as the plain
+    loop, up to float rounding."""
+    from fedleak.errors import FedleakError
+
+    for bad in (0, -1, 2.5):
+        with pytest.raises(FedleakError, match="log_every must be a positive integer"):
+            OptimizerConfig(log_every=bad)
+    results = []
+    for fused in (False, True):
+        x = torch.linspace(-1, 1, 12).reshape(3, 4).clone()
+        optimize([x], lambda step: (x - 0.3).pow(2).sum(), OptimizerConfig(lr=0.05, iterations=40, signed=True,
+                                                                            log_every=7, fused=fused))
+        results.append(x.detach())
+    assert torch.allclose(results[0], results[1], atol=1e-6)
+    assert not torch.allclose(results[0], torch.linspace(-1, 1, 12).reshape(3, 4))

@@ -86,7 +86,8 @@ class OptimizeResult:
 
 def _make_optimizer(config: OptimizerConfig, variables: Sequence[torch.Tensor]):
     if config.optimizer == "adam":
-        fused = config.fused and all(v.is_floating_point() for v in variables)
+        # torch's fused Adam kernel exists for CPU and CUDA tensors; elsewhere the plain loop (same update rule)
+        fused = config.fused and all(v.is_floating_point() and v.device.type in ("cpu", "cuda") for v in variables)
         return torch.optim.Adam(variables, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused or None)
     if config.optimizer == "sgd":
         return torch.optim.SGD(variables, lr=config.lr)
