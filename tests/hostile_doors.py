@@ -108,10 +108,15 @@ def tripwires(monkeypatch):
     def reached(*args, **kwargs):
         raise ReachedWork("REACHED-WORK")
 
+    import fedleak
     import fedleak.data as data
     import fedleak.fl as fl
     from fedleak.data import registry
 
+    # fedleak's public names resolve lazily on first use and are then kept: bind the real client_update (its own
+    # argument checks are the door under test) before the tripwire replaces fedleak.fl's, or a first use inside
+    # this context would keep the tripwire as fedleak.client_update for every later test in the process
+    fedleak.client_update  # noqa: B018
     def load(name, root=None, num_clients=10, samples_per_client=50, seed=0, split="train", **options):
         """data.load's own argument checks (its door), then the tripwire instead of reading files."""
         registry.canonical(name)
