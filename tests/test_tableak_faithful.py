@@ -4,6 +4,8 @@ costs are multiples of 1/columns) come out of ``linear_sum_assignment`` identica
 reference's (measured: with 1 − share right, 16 of 30 restarts of a German batch were aligned differently, 56 of
 640 pooled cells differed)."""
 
+import math
+
 import torch
 
 from fedleak.data.tabular import load
@@ -47,3 +49,27 @@ def test_continuous_entropy_uses_the_references_spread_over_restarts():
     j, (column, where) = next((j, cw) for j, cw in enumerate(schema.blocks()) if cw[0].kind == "continuous")
     sigma = aligned[:, :, where.start].double().std(0)
     assert torch.allclose(entropy[:, j], 0.5 + 0.5 * torch.log(2 * math.pi * sigma ** 2), atol=1e-6)
+
+
+def test_fedavg_pools_probabilities_once_whatever_the_epochs():
+    """The reference's FedAvg pools each restart's epoch-averaged probabilities (``soft_avg+softmax``, one epoch
+    included) by their median: a one-epoch restart's logits are softmaxed once before the median, and restarts
+    that are already averaged probabilities are neither softmaxed again for the median nor for the entropy."""
+    from fedleak.attacks.tabular.tableak import _pool, _softmaxed
+
+    spec, _ = load("german", num_clients=2, samples_per_client=2, seed=2)
+    schema = spec.schema
+    logits = torch.randn(5, 3, schema.width, generator=torch.Generator().manual_seed(1)) * 3
+    block = schema.categorical_blocks()[0]
+    one_epoch, _ = _pool(schema, logits, softmax=True)
+    expected = _softmaxed(schema, logits).median(dim=0).values[:, block].argmax(-1)
+    assert torch.equal(one_epoch[:, block].argmax(-1), expected)
+    averaged = schema.standardize(_softmaxed(schema, logits))  # what _epoch_average hands over for E > 1
+    _, once = _pool(schema, averaged, softmax=True, averaged=True)
+    _, twice = _pool(schema, averaged, softmax=True)  # the old path: softmaxed again, flattened towards uniform
+    j = next(j for j, (column, _) in enumerate(schema.blocks()) if column.kind == "categorical")
+    assert (once[:, j] < twice[:, j]).all()
+    p = _softmaxed(schema, logits).mean(0)[:, block].double()
+    p = p / p.sum(-1, keepdim=True)
+    assert torch.allclose(once[:, j], -(p * torch.log(p + 1e-7)).sum(-1) / math.log(max(block.stop - block.start, 2)),
+                          atol=1e-5)

@@ -14,7 +14,8 @@ A composition of the existing parts (research notes §2, constants read off the 
   rounding) and scored by its own recomputed distance; the best is the anchor, every restart's rows are matched
   to the anchor's by the Hungarian algorithm on the share of wrong cells, then **pooled**: categorical blocks
   softmaxed and the element-wise median taken (the pooled category is the median probabilities' argmax),
-  continuous values by their median ("median+softmax"; FedAvg: plain median, as the reference);
+  continuous values by their median ("median+softmax"; FedAvg: the plain median of each restart's epoch-averaged
+  probabilities, as the reference — its ``soft_avg+softmax`` runs for one epoch too);
 * **entropy** per cell (§2): a categorical cell's normalized entropy of the mean softmaxed restarts, a
   continuous cell's Gaussian entropy ½ + ½·log(2πσ²) of its spread over restarts; low entropy = confident.
 
@@ -114,7 +115,8 @@ class TabLeak(Attack):
         scores = distances(projected if epochs == 1 else projected.repeat(1, epochs, 1), graph=False).detach()
         anchor = int(torch.argmin(torch.nan_to_num(scores, nan=math.inf)))
         aligned = _align(schema, candidates, anchor)
-        pooled, entropy = _pool(schema, aligned, softmax=o.softmax and fedsgd)
+        # FedAvg over several epochs: each restart's candidate is already its epochs' averaged probabilities
+        pooled, entropy = _pool(schema, aligned, softmax=o.softmax, averaged=epochs > 1 and o.softmax)
         extras = {"attack": getattr(self, "variant", self.name), "label_strategy": strategy, "restarts": restarts,
                   "anchor": anchor, "restart_scores": [float(s) for s in scores], "loss": result.final_loss,
                   "loss_history": result.losses, "stopped_on_nan": result.stopped_on_nan,
@@ -176,11 +178,17 @@ def _align(schema, candidates: torch.Tensor, anchor: int) -> torch.Tensor:
     return torch.stack(out)
 
 
-def _pool(schema, aligned: torch.Tensor, softmax: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Median pooling of aligned restarts (R, n, d) → records (n, d), and the per-cell entropy (n, columns)."""
-    raw = _softmaxed(schema, aligned) if softmax else schema.destandardize(aligned)
+def _pool(schema, aligned: torch.Tensor, softmax: bool, averaged: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Median pooling of aligned restarts (R, n, d) → records (n, d), and the per-cell entropy (n, columns).
+
+    A restart's categorical blocks are its logits (FedSGD, FedAvg over one epoch): with ``softmax`` they are
+    softmaxed once before the median (the reference's ``median+softmax``; for FedAvg its per-restart epoch pooling
+    ``soft_avg+softmax`` does the same over one epoch, ``fed_avg_inversion_attack.py`` l. 281–286). Or they are
+    already probabilities (``averaged``: FedAvg over several epochs, :func:`_epoch_average`): then neither the
+    median nor the entropy softmaxes them again (a second softmax flattens every distribution towards uniform)."""
+    raw = _softmaxed(schema, aligned) if softmax and not averaged else schema.destandardize(aligned)
     median = raw.median(dim=0).values  # torch's median: the lower middle value for an even count (the reference)
-    probabilities = _softmaxed(schema, aligned).mean(0)
+    probabilities = (schema.destandardize(aligned) if averaged else _softmaxed(schema, aligned)).mean(0)
     # the reference's ``pooled_ensemble(..., return_std=True)``: torch's std over restarts, n − 1 in the denominator
     spread = aligned.std(0) if aligned.shape[0] > 1 else torch.zeros_like(aligned[0])
     entropy = torch.zeros(aligned.shape[1], len(schema.columns), dtype=torch.float64)
