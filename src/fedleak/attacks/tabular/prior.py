@@ -79,13 +79,14 @@ class StructuralPrior:
 
         The softmax is shift-invariant per block, so one shift per record (its largest logit: nothing overflows)
         serves every block unless a block lies so far below it that its exponentials underflow (block sum
-        < 1e-30, i.e. ~70 below the record's max); only then is each block shifted by its own max."""
+        < 1e-30, i.e. ~70 below the record's max); only then is each block shifted by its own max. Reading that
+        check is a host sync: off the CPU every block is shifted by its own max from the start (no sync per step)."""
         raw = torch.addcmul(self.cat_mean, logits, self.cat_std)
         with torch.no_grad():
             shift = raw.amax(dim=-1, keepdim=True)
         e = (raw - shift).exp() if torch.is_grad_enabled() and raw.requires_grad else torch.sub(raw, shift).exp_()
         sums = e @ self.member
-        if bool((sums.detach() < 1e-30).any()):
+        if raw.device.type != "cpu" or bool((sums.detach() < 1e-30).any()):
             with torch.no_grad():
                 shift = torch.stack([raw[..., a:b].amax(dim=-1) for a, b in self.spans], dim=-1) @ self.member.T
             e = (raw - shift).exp()
@@ -98,7 +99,11 @@ class StructuralPrior:
         """Every block's softmax over the full width (grouped columns, no autograd): the categorical blocks'
         probabilities, and each continuous column's sigmoid as the softmax of (z, 0). One shift per record,
         m = max(0, largest logit), so nothing overflows; if a block's sum underflows (< 1e-30) the categorical blocks
-        are computed block by block (:meth:`_probabilities`) and the sigmoids by torch's kernel."""
+        are computed block by block (:meth:`_probabilities`) and the sigmoids by torch's kernel. Off the CPU that
+        block-by-block path is taken from the start: reading the underflow check would sync the device every step."""
+        if z.device.type != "cpu":
+            c = self.width
+            return torch.cat([self._probabilities(z[..., :c]), torch.sigmoid(z[..., c:])], dim=-1)
         raw = torch.addcmul(self.in_offset, z, self.in_scale)
         shift = raw.amax(dim=-1, keepdim=True).clamp_min_(0.0)
         e = torch.sub(raw, shift).exp_()
