@@ -46,8 +46,11 @@ PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::addmm_", "aten::baddb
             "aten::mv")
 
 
-def iteration(dataset: str, records: int, restarts: int):
-    """The attack's iteration on one batch: returns ``step()`` (one optimizer step) — the same parts TabLeak runs."""
+def iteration(dataset: str, records: int, restarts: int, precision: str = "float32"):
+    """The attack's iteration on one batch: returns ``step()`` (one optimizer step) — the same parts TabLeak runs.
+    ``precision`` "bfloat16": the records enter the cosine in bfloat16, so its weights, every product and every
+    element-wise pass of it run in bfloat16 (the machine's AMX tiles; the prior and Adam stay float32) — what
+    lower precision could buy, timed on the same code path; fedleak's TabLeak itself runs in float32."""
     from fedleak.attacks.tabular.prior import StructuralPrior
     from fedleak.attacks.tabular.restarts import Restarts, distances, grouped_target
     from fedleak.data.tabular import load
@@ -72,7 +75,9 @@ def iteration(dataset: str, records: int, restarts: int):
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = target(prior.grouped(z), data.labels, schedule, 0.01, True).sum()
+        x = prior.grouped(z)
+        loss = target(x if precision == "float32" else x.to(torch.bfloat16), data.labels, schedule, 0.01, True)
+        loss = loss.float().sum()
         loss.backward(inputs=[z])
         z.grad.sign_()
         optimizer.step()
@@ -80,8 +85,9 @@ def iteration(dataset: str, records: int, restarts: int):
     return step
 
 
-def measure(dataset: str, records: int, restarts: int, iterations: int, rounds: int) -> dict:
-    step = iteration(dataset, records, restarts)
+def measure(dataset: str, records: int, restarts: int, iterations: int, rounds: int,
+            precision: str = "float32") -> dict:
+    step = iteration(dataset, records, restarts, precision)
     for _ in range(3):
         step()
     best = float("inf")
@@ -110,25 +116,27 @@ def measure(dataset: str, records: int, restarts: int, iterations: int, rounds: 
     total = (time.process_time() - start) / iterations * 1e3
     stats = pstats.Stats(profiler).stats  # {(file, line, name): (calls, primitive, tottime, cumtime, callers)}
     product_ms = sum(v[2] for k, v in stats.items() if k[2] in PRODUCT_CALLS) / iterations * 1e3
-    return {"dataset": dataset, "records": records, "restarts": restarts, "iterations_timed": iterations,
+    return {"dataset": dataset, "records": records, "restarts": restarts, "precision": precision,
+            "iterations_timed": iterations,
             "iteration_ms": round(1e3 * best, 3), "profiled_iteration_ms": round(total, 3),
             "matrix_products_ms": round(product_ms, 3), "other_ms": round(total - product_ms, 3),
-            "matrix_products_per_iteration": len(shapes), "products_alone": alone(shapes)}
+            "matrix_products_per_iteration": len(shapes), "products_alone": alone(shapes, precision)}
 
 
-def alone(shapes: list) -> dict:
+def alone(shapes: list, precision: str = "float32") -> dict:
     """The attack's matrix products (their shapes) timed back to back outside the attack: ms per iteration, GFLOP/s."""
     calls = []
+    randn = (lambda *d: torch.randn(*d, dtype=torch.bfloat16)) if precision == "bfloat16" else torch.randn
     for inputs, key in shapes:
         dims = [tuple(s) for s in inputs if isinstance(s, (list, tuple)) and len(s) >= 2]
         if key in ("aten::mm",) and len(dims) == 2:
-            a, b = torch.randn(*dims[0]), torch.randn(*dims[1])
+            a, b = randn(*dims[0]), randn(*dims[1])
             calls.append((lambda a=a, b=b: torch.mm(a, b), 2 * dims[0][0] * dims[0][1] * dims[1][1]))
         elif key == "aten::bmm" and len(dims) == 2:
-            a, b = torch.randn(*dims[0]), torch.randn(*dims[1])
+            a, b = randn(*dims[0]), randn(*dims[1])
             calls.append((lambda a=a, b=b: torch.bmm(a, b), 2 * dims[0][0] * dims[0][1] * dims[0][2] * dims[1][2]))
         elif key in ("aten::addmm", "aten::addmm_") and len(dims) >= 2:
-            a, b = torch.randn(*dims[-2]), torch.randn(*dims[-1])
+            a, b = randn(*dims[-2]), randn(*dims[-1])
             calls.append((lambda a=a, b=b: torch.mm(a, b), 2 * dims[-2][0] * dims[-2][1] * dims[-1][1]))
     if not calls:
         return {}
@@ -151,16 +159,18 @@ MARK = ("<!-- regen:bench-tableak-floor -->", "<!-- /regen:bench-tableak-floor -
 
 def table(rows: list[dict]) -> str:
     """The docs' table: per setting, one iteration's CPU split, and per batch against the 10× budget."""
-    lines = ["| data | B | conditions | ms per iteration | profiled iteration (cProfile): matrix products (ms) | "
+    lines = ["| data | B | conditions | precision | ms per iteration | "
+             "profiled iteration (cProfile): matrix products (ms) | "
              "profiled: the rest (ms) | products alone, hot caches (ms) | products alone per batch (s) | "
              "reference per batch (s; timed how, batches) | 10× budget per batch (s) | products alone / budget |",
-             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "|---|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         budget = r.get("target_seconds_per_batch")
         share = f"{100 * r['products_alone_per_batch_seconds'] / budget:.0f} %" if budget else "-"
         theirs = (f"{r['reference_cpu_seconds_per_batch']} ({r.get('reference_conditions')}, "
                   f"{r.get('reference_batches')})" if budget else "-")
         lines.append(f"| {r['dataset']} | {r['records']} | {r.get('conditions', 'shared machine')} | "
+                     f"{r.get('precision', 'float32')} | "
                      f"{r['iteration_ms']:.1f} | {r['matrix_products_ms']:.1f} | {r['other_ms']:.1f} | "
                      f"{r['products_alone'].get('ms_per_iteration', 0):.1f} | "
                      f"{r['products_alone_per_batch_seconds']:.1f} | {theirs} | {budget or '-'} | {share} |")
@@ -181,6 +191,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reference-results", default=str(HERE / "results" / "tableak_reference.json"))
     parser.add_argument("--conditions", default=None, help="how the machine was used while timing (stored per row)")
+    parser.add_argument("--precisions", default="float32", help="float32 (the attack's), bfloat16 (what it would buy)")
     parser.add_argument("--out", default=fresh("tableak_floor.json"))
     parser.add_argument("--doc", action="store_true", help=f"only regenerate {DOC.name}'s table from --results")
     parser.add_argument("--results", default=str(HERE / "results" / "tableak_floor.json"))
@@ -193,10 +204,13 @@ def main(argv=None) -> int:
     if Path(args.reference_results).exists():
         reference = json.loads(Path(args.reference_results).read_text())["rows"]
     rows = []
-    for item in args.settings.split(","):
+    for item, precision in [(i, p) for i in args.settings.split(",") for p in args.precisions.split(",")]:
+        if precision not in ("float32", "bfloat16"):
+            print(f"error: --precisions: {precision!r} is neither float32 nor bfloat16", file=sys.stderr)
+            return 2
         dataset, _, size = item.partition(":")
         load = os.getloadavg()
-        row = measure(dataset, int(size), args.restarts, args.iterations, args.rounds)
+        row = measure(dataset, int(size), args.restarts, args.iterations, args.rounds, precision)
         same = [r for r in reference if r["dataset"] == dataset and r["records"] == int(size)
                 and r["implementation"] == "reference" and r.get("algorithm", "fedsgd") == "fedsgd"]
         # the reference timed under the same conditions when the results hold such rows, else on the shared machine

@@ -67,7 +67,10 @@ REFERENCE_COMMIT = "6b8c1c8"
 FIX = ("attacks.gradient_inversion_attack.continuous_sigmoid_bound wrapped: a leaf tensor that requires grad is "
        "bound on a detached copy (PyTorch >= 2 refuses the reference's final in-place sigmoid on the leaf); "
        "no other change")
-IMPLEMENTATIONS = ("fedleak", "reference")
+IMPLEMENTATIONS = ("fedleak", "reference", "fedleak-bfloat16")
+PAIR = ("fedleak", "reference")  # every table line and finding sets one of fedleak's codes beside the reference
+#: fedleak run another way (its own rows, paired with the same reference rows): TabLeak's opt-in precision
+VARIANTS = {"fedleak-bfloat16": "bfloat16"}
 
 
 class BadInput(Exception):
@@ -229,10 +232,11 @@ def attack(reference: Reference, job: dict, implementation: str, restarts: int, 
     if job.get("fedavg"):
         return fedavg.attack(sys.modules[__name__], reference, job, implementation, restarts, iterations, seed, batch)
     schema, ref, perm = job["spec"].schema, job["ref"], job["perm"]
-    if implementation == "fedleak":
+    if implementation.startswith("fedleak"):
         from fedleak.attacks import build as build_attack
 
-        rec = build_attack("tableak", seed=seed, restarts=restarts, iterations=iterations, labels="known")\
+        rec = build_attack("tableak", seed=seed, restarts=restarts, iterations=iterations, labels="known",
+                           precision=VARIANTS.get(implementation, "float32"))\
             .reconstruct(job["update"], job["model"], job["spec"])
         guess = rec.inputs.reshape(rec.inputs.shape[0], -1)
         return guess, to_reference(schema, ref, perm, guess)
@@ -296,7 +300,9 @@ def setting_label(r: dict) -> str:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Per (dataset, B, restarts, iterations): both implementations on the batches BOTH finished."""
+    """Per (dataset, B, restarts, iterations): fedleak and the reference on the batches BOTH finished; then each
+    variant of fedleak (:data:`VARIANTS`) with the same reference rows, as a setting of its own ("…, fedleak in
+    bfloat16"), under the key "fedleak"."""
     groups: dict = {}
     for r in rows:
         if r.get("attack_seed", r.get("seed")) != r.get("seed"):
@@ -304,24 +310,34 @@ def summary(rows: list[dict]) -> list[dict]:
         groups.setdefault((setting_label(r), r["records"], r["restarts"], r["iterations"]), []).append(r)
     out = []
     for (dataset, records, restarts, iterations), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0])):
-        by = {impl: {r["batch"]: r for r in group if r["implementation"] == impl} for impl in IMPLEMENTATIONS}
-        shared = sorted(set(by["fedleak"]) & set(by["reference"]))
-        if not shared:
-            continue
-        entry = {"dataset": dataset, "records": records, "restarts": restarts, "iterations": iterations,
-                 "batches": shared}
-        for impl in IMPLEMENTATIONS:
-            picked = [by[impl][b] for b in shared]
-            entry[impl] = {
-                metric: {key: [r[metric][key] for r in picked]
-                         for key in ("accuracy", "categorical_accuracy", "continuous_accuracy", "exact_match_rate")}
-                for metric in ("reference_metric", "fedleak_metric")}
-            entry[impl]["cpu_seconds"] = [r["cpu_seconds"] for r in picked]
-            entry[impl]["load_average"] = [r["load_average"][0] for r in picked]
-        entry["random"] = [by["fedleak"][b]["fedleak_metric"]["random"]["accuracy"] for b in shared]
-        entry["prior"] = [by["fedleak"][b]["fedleak_metric"]["prior"]["accuracy"] for b in shared]
-        out.append(entry)
+        for ours in ("fedleak", *VARIANTS):
+            entry = _pair(group, ours, dataset if ours == "fedleak" else f"{dataset}, fedleak in {VARIANTS[ours]}",
+                          records, restarts, iterations)
+            if entry:
+                out.append(entry)
     return out
+
+
+def _pair(group: list[dict], ours: str, dataset: str, records: int, restarts: int, iterations: int) -> dict:
+    """One summary entry: ``ours`` (stored under "fedleak") and the reference on the batches both finished."""
+    by = {impl: {r["batch"]: r for r in group if r["implementation"] == impl} for impl in (ours, "reference")}
+    by["fedleak"] = by.pop(ours)
+    shared = sorted(set(by["fedleak"]) & set(by["reference"]))
+    if not shared:
+        return {}
+    entry = {"dataset": dataset, "records": records, "restarts": restarts, "iterations": iterations,
+             "batches": shared}
+    for impl in PAIR:
+        picked = [by[impl][b] for b in shared]
+        entry[impl] = {
+            metric: {key: [r[metric][key] for r in picked]
+                     for key in ("accuracy", "categorical_accuracy", "continuous_accuracy", "exact_match_rate")}
+            for metric in ("reference_metric", "fedleak_metric")}
+        entry[impl]["cpu_seconds"] = [r["cpu_seconds"] for r in picked]
+        entry[impl]["load_average"] = [r["load_average"][0] for r in picked]
+    entry["random"] = [by["fedleak"][b]["fedleak_metric"]["random"]["accuracy"] for b in shared]
+    entry["prior"] = [by["fedleak"][b]["fedleak_metric"]["prior"]["accuracy"] for b in shared]
+    return entry
 
 
 def table(rows: list[dict]) -> str:
@@ -330,10 +346,10 @@ def table(rows: list[dict]) -> str:
              "CPU s per batch | CPU ratio | load avg |",
              "|---|--:|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for e in summary(rows):
-        cpu = {impl: statistics.mean(e[impl]["cpu_seconds"]) for impl in IMPLEMENTATIONS}
+        cpu = {impl: statistics.mean(e[impl]["cpu_seconds"]) for impl in PAIR}
         wins = sum(a >= b for a, b in zip(e["fedleak"]["reference_metric"]["accuracy"],
                                           e["reference"]["reference_metric"]["accuracy"]))
-        for impl in IMPLEMENTATIONS:
+        for impl in PAIR:
             m, f = e[impl]["reference_metric"], e[impl]["fedleak_metric"]
             ratio = f"{cpu['reference'] / max(cpu['fedleak'], 1e-9):.1f}×" if impl == "fedleak" else "1×"
             won = f"{wins} of {len(e['batches'])}" if impl == "fedleak" else ""
@@ -457,6 +473,9 @@ def main(argv=None) -> int:
         implementations = [i.strip() for i in args.implementations.split(",")]
         if not implementations or any(i not in IMPLEMENTATIONS for i in implementations):
             raise BadInput(f"--implementations: {args.implementations!r}; allowed: {', '.join(IMPLEMENTATIONS)}")
+        if any(i in VARIANTS for i in implementations) and any(local is not None for _, _, local in settings):
+            raise BadInput("--implementations fedleak-bfloat16 runs FedSGD settings only (TabLeak's bfloat16 cosine "
+                           "is the FedSGD one); drop the FedAvg settings or the variant")
         for name in ("batches", "restarts", "iterations"):
             if getattr(args, name) < 1:
                 raise BadInput(f"--{name} must be at least 1, got {getattr(args, name)}")

@@ -26,6 +26,7 @@ def bench():
     (["--settings", "adult:32:fedsgd"], "--settings: 'adult:32:fedsgd'"),
     (["--implementations", "fedleak,other"], "--implementations"),
     (["--restarts", "0"], "--restarts must be at least 1"),
+    (["--settings", "adult:32:fedavg-e1-m8", "--implementations", "fedleak-bfloat16"], "FedSGD settings only"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(bench, tmp_path, capsys, argv, needle):
     out = tmp_path / "r.json"
@@ -109,3 +110,13 @@ def test_fedavg_settings_parse_and_get_their_own_table_lines(bench):
     assert (avg["dataset"], avg["fedleak"]["reference_metric"]["accuracy"]) == ("adult FedAvg E 1 m 8 λ 0.01", [0.6])
     assert "| adult FedAvg E 1 m 8 λ 0.01 | 32 | 30 × 1500 | 1 | fedleak | 60.0 |" in bench.table(rows)
     assert len({bench._key(r) for r in rows}) == 4  # a FedAvg row never counts as the FedSGD one done
+
+
+def test_the_bfloat16_variant_is_its_own_setting_beside_the_same_reference_rows(bench):
+    rows = [_row("fedleak", 0, 0.8, 50.0), _row("reference", 0, 0.7, 600.0), _row("fedleak-bfloat16", 0, 0.75, 30.0)]
+    entries = bench.summary(rows)
+    assert [e["dataset"] for e in entries] == ["adult", "adult, fedleak in bfloat16"]
+    variant = entries[1]
+    assert variant["fedleak"]["reference_metric"]["accuracy"] == [0.75]
+    assert variant["fedleak"]["cpu_seconds"] == [30.0] and variant["reference"]["cpu_seconds"] == [600.0]
+    assert "fedleak in bfloat16" in bench.table(rows) and "20.0×" in bench.table(rows)

@@ -22,6 +22,14 @@ A composition of the existing parts (research notes §2, constants read off the 
 Labels: those the server was told, else the label stack's estimate (Geng et al.'s counts). Options
 ``pooling=False`` (one restart, no pooling: the ablation "no pooling") and ``softmax=False`` ("no softmax")
 give the paper's ablations; ``inverting-gradients-tabular`` is the Inverting Gradients baseline in the same loop.
+
+``precision="bfloat16"`` (opt-in; FedSGD updates of the ReLU MLP only, whose cosine is written by hand in
+:mod:`.mlp_gradient`) runs that cosine and its backward in bfloat16: the records, the weights, every matrix product
+and element-wise pass of it, with float32 accumulation inside the products (the CPU's AMX tiles where it has them;
+without bfloat16 hardware it is slower, not wrong). The prior, Adam, the scoring of restarts and the pooling stay
+float32. It changes the arithmetic (about 3 significant digits per product; with the sign trick only the signs of the
+record gradient's entries reach Adam), so its accuracy is measured beside the reference's
+(``benchmarks/bench_tableak_reference.py --implementations fedleak-bfloat16``), not assumed.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from ..base import Attack, AttackOptions, auto_label_strategy, register
 from ..labels import resolve_labels
 from ..optimize import OptimizerConfig, optimize
 from .prior import StructuralPrior as _StructuralPrior
-from .restarts import Restarts, distances as restart_distances, grouped_target
+from .restarts import Restarts, closed_form, distances as restart_distances, grouped_target
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class TabLeakOptions(AttackOptions):
     epoch_prior: float = 0.01  # λ of the FedAvg epoch-matching prior (the reference tunes it by an oracle)
     labels: str = "auto"
     log_every: int = 50
+    precision: str = "float32"  # "bfloat16": the hand-written FedSGD cosine in bfloat16 (module docstring)
 
 
 class TabLeak(Attack):
@@ -64,7 +73,7 @@ class TabLeak(Attack):
 
     Options = TabLeakOptions
     name = "tableak"
-    choices = {"labels": ("auto", "known", "yin", "reclabels")}
+    choices = {"labels": ("auto", "known", "yin", "reclabels"), "precision": ("float32", "bfloat16")}
     non_negative = ("restarts", "epoch_prior")
 
     def _reconstruct(self, update: Update, model: nn.Module, spec: DataSpec) -> Reconstruction:
@@ -94,10 +103,12 @@ class TabLeak(Attack):
                                      create_graph=graph, train_mode=update.protocol.train_mode)
 
         grouped = grouped_target(ensemble, update.server_params, observed, forward.perm, distances)
+        low = _low_precision(o.precision, fedsgd, closed_form(ensemble, tiled, observed), self.name)
 
         def objective(step: int) -> torch.Tensor:
             x = forward.grouped(z)
-            loss = grouped(x, tiled, schedule, update.protocol.lr, update.protocol.train_mode).sum()
+            loss = grouped(x.to(low) if low else x, tiled, schedule, update.protocol.lr,
+                           update.protocol.train_mode).float().sum()
             if epochs > 1 and o.epoch_prior > 0:
                 means = x.view(restarts, epochs, n, -1).mean(dim=2)  # (R, E, d)
                 gaps = (means[:, :, None, :] - means[:, None, :, :]).pow(2).sum(dim=(1, 2, 3))
@@ -121,8 +132,21 @@ class TabLeak(Attack):
                   "anchor": anchor, "restart_scores": [float(s) for s in scores], "loss": result.final_loss,
                   "loss_history": result.losses, "stopped_on_nan": result.stopped_on_nan,
                   "entropy": entropy.tolist(), "seconds": round(time.perf_counter() - started, 2),
-                  "target": "gradient" if fedsgd else "simulation"}
+                  "target": "gradient" if fedsgd else "simulation", "precision": o.precision}
         return Reconstruction(pooled, labels, candidates=aligned, extras=extras)
+
+
+def _low_precision(precision: str, fedsgd: bool, closed: bool, name: str):
+    """The dtype the cosine runs in when ``precision`` asks for bfloat16 (None: float32 as the model). Only the
+    hand-written FedSGD cosine of the ReLU MLP takes it; elsewhere (FedAvg's simulation, whose small local steps
+    bfloat16 would round away; another model on autograd) the request is refused, not quietly ignored."""
+    if precision != "bfloat16":
+        return None
+    if not (fedsgd and closed):
+        raise FedleakError(f"attack {name!r}: precision='bfloat16' applies to a FedSGD update of the zoo's ReLU MLP "
+                           "with class-index labels (the hand-written cosine); this update is "
+                           f"{'FedAvg' if not fedsgd else 'of another model or with soft labels'}: use 'float32'")
+    return torch.bfloat16
 
 
 def _project(schema, raw: torch.Tensor) -> torch.Tensor:
