@@ -133,10 +133,10 @@ def attack_update(update_dir, out, *, attack: str = "inverting-gradients", optio
                   evaluate: bool = True, progress=None, device: str = "cpu",
                   say: Callable[[str], None] = print) -> Optional[dict]:
     """Attack the update saved in ``update_dir``; the reconstruction goes to ``out``. With its truth file (and
-    ``evaluate``) the scores are written to ``out/metrics.json`` with a comparison grid and returned."""
+    ``evaluate``) the scores are written to ``out/metrics.json`` with the modality's comparison (images: a grid,
+    records: a table of records, :meth:`fedleak.modality.base.Modality.attack_outputs`) and returned."""
     from . import attacks, metrics, models
     from .audit.execute.progress import with_progress
-    from .report import comparison_grid, save_png
     from .types import DataSpec, Update
     from .types.params import check_update
 
@@ -170,16 +170,11 @@ def attack_update(update_dir, out, *, attack: str = "inverting-gradients", optio
     folder = rec.save(out)
     scores = None
     if truth is not None:
-        import torch
+        from .modality import named
 
         scores = metrics.evaluate(rec, truth.to(device), spec)
         (folder / "metrics.json").write_text(json.dumps(scores, indent=1))
-        recs = spec.denormalize(rec.inputs.cpu())
-        matched = torch.stack([recs[i] if i is not None else torch.zeros_like(recs[0]) for i in scores["assignment"]])
-        save_png(comparison_grid(spec.denormalize(truth.inputs)[:32], matched[:32], psnr=scores["psnr_per_input"][:32]),
-                 folder / "comparison.png")
-        say(f"{attack}: PSNR {scores['psnr']:.2f} dB, SSIM {scores['ssim']:.3f}, "
-            f"Rec% {scores['rec_percent']:.1f} (> {scores['threshold']} dB)")
+        say(named(spec).attack_outputs(attack, rec, truth, spec, scores, folder))
     say(f"reconstruction saved to {folder}")
     return scores
 

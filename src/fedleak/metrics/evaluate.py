@@ -46,7 +46,8 @@ def evaluate(rec: Reconstruction, client: ClientData, spec: DataSpec, *,
     path uses that file. If no usable weights are found, ``"lpips"`` is ``None`` and
     ``"lpips_note"`` says why. Computation happens on the client's device, in the inputs' dtype
     (at least float32). Raises :class:`FedleakError` for shape mismatches, an empty
-    or non-finite client inputs. A text ``spec`` is scored by its modality,
+    or non-finite client inputs. A text or tabular ``spec`` is scored by its modality: records by
+    :func:`fedleak.metrics.tabular.evaluate` (cells right, whole records, random and prior baselines), text by
     :func:`fedleak.metrics.text.evaluate_text` (ROUGE-1/2/L, exact sequences, token accuracy;
     ``tokenizer`` decodes for ROUGE on text). An empty reconstruction (an attack that recovered nothing, e.g. an
     imprint readout with no occupied bin) scores every original against the mean image.

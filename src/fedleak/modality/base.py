@@ -87,8 +87,13 @@ class Modality:
         """:func:`fedleak.metrics.evaluate` for this modality's data (``options``: its image keywords)."""
         from ..errors import FedleakError
 
-        raise FedleakError(f"fedleak.metrics.evaluate scores images and text; {self.name} reconstructions are scored "
-                           f"by their modality's own metrics")
+        raise FedleakError(f"fedleak.metrics.evaluate scores images, text and records; {self.name} reconstructions "
+                           f"are scored by their modality's own metrics")
+
+    def attack_outputs(self, attack: str, rec, truth, spec, scores: dict, folder) -> str:
+        """``fedleak attack`` with the update's truth file: the comparison it writes into ``folder`` beside the
+        reconstruction (the modality's own picture of originals and reconstructions) and its one-line summary."""
+        raise NotImplementedError
 
     def measure(self, rec, truth, spec, tokenizer=None) -> dict:
         """:func:`fedleak.metrics.evaluate` at its defaults for this modality's data: the same checks

@@ -11,6 +11,8 @@ also the modality of any data name no other modality claims (the fallback of :fu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..base import Modality
 from . import execute, report
 
@@ -105,6 +107,19 @@ class ImageModality(Modality):
 
     def example(self, rec, truth, spec, scores: dict, model):
         return execute.example(rec, truth, spec, scores)
+
+    def attack_outputs(self, attack: str, rec, truth, spec, scores: dict, folder) -> str:
+        """``comparison.png``: up to 32 originals above their matched reconstructions, PSNR under each."""
+        import torch
+
+        from ...report import comparison_grid, save_png
+
+        recs = spec.denormalize(rec.inputs.cpu())
+        matched = torch.stack([recs[i] if i is not None else torch.zeros_like(recs[0]) for i in scores["assignment"]])
+        save_png(comparison_grid(spec.denormalize(truth.inputs.cpu())[:32], matched[:32],
+                                 psnr=scores["psnr_per_input"][:32]), Path(folder) / "comparison.png")
+        return (f"{attack}: PSNR {scores['psnr']:.2f} dB, SSIM {scores['ssim']:.3f}, "
+                f"Rec% {scores['rec_percent']:.1f} (> {scores['threshold']} dB)")
 
     def summarize(self, per_target: list, seconds: float, choice, rec=None) -> dict:
         return execute.summarize(per_target, seconds, choice)

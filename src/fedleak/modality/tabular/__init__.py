@@ -49,6 +49,17 @@ class TabularModality(Modality):
     def truth_scores(self, rec, truth, spec, tokenizer=None) -> dict:
         return flower.truth_scores(rec, truth, spec)
 
+    # -- fedleak.metrics.evaluate and fedleak attack on a saved update of records ------------------------
+    def score(self, rec, client, spec, *, tokenizer=None, **options) -> dict:
+        """:func:`fedleak.metrics.tabular.evaluate`: cells right (categorical exact, continuous within the papers'
+        tolerance), whole records, the random and prior baselines, the entropy-selected quartiles when the attack
+        gave a per-cell entropy (TabLeak), and the matching (``matched``: the guess row of each true row)."""
+        return report.scores_of(rec, client, spec)
+
+    def attack_outputs(self, attack: str, rec, truth, spec, scores: dict, folder) -> str:
+        """``comparison.html``: each original record above its matched reconstruction, cell by cell."""
+        return report.attack_page(attack, rec, truth, spec, scores, Path(folder))
+
     def dashboard_sections(self, records: list, spec) -> list:
         return flower.dashboard_sections(records, spec)
 

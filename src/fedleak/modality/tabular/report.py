@@ -94,3 +94,37 @@ def page(result: dict, tables: list[str]) -> str:
 
 def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def scores_of(rec, client, spec) -> dict:
+    """:func:`fedleak.metrics.tabular.evaluate` of a reconstruction against a client's records (with TabLeak's
+    per-cell entropy when the reconstruction carries one)."""
+    import torch
+
+    from ...metrics.tabular import evaluate
+
+    width = spec.schema.width
+    guess = rec.inputs.detach().reshape(-1, width).cpu()
+    entropy = rec.extras.get("entropy")
+    entropy = torch.tensor(entropy) if entropy is not None and len(guess) else None
+    return evaluate(spec.schema, guess, client.inputs.detach().reshape(-1, width).cpu(), entropy=entropy)
+
+
+def attack_page(attack: str, rec, truth, spec, scores: dict, folder) -> str:
+    """``fedleak attack``'s ``comparison.html`` (the audit report's record table) and its one-line summary."""
+    width = spec.schema.width
+    guess = rec.inputs.detach().reshape(-1, width).cpu()
+    truth_rows = truth.inputs.detach().reshape(-1, width).cpu()
+    matched = [-1 if j is None else int(j) for j in scores["matched"]]
+    table = record_table(spec.schema, truth_rows, guess, scores["cells"], matched, rec.extras.get("entropy"),
+                         limit=len(matched))
+    line = (f"{attack}: cells right {100 * scores['accuracy']:.1f} % (random {100 * scores['random']['accuracy']:.1f}"
+            f" %, prior {100 * scores['prior']['accuracy']:.1f} %), whole records "
+            f"{100 * scores['exact_match_rate']:.1f} %")
+    (folder / "comparison.html").write_text(
+        f"<!doctype html><meta charset=utf-8><title>fedleak attack: {html.escape(attack)}</title><style>{CSS}</style>"
+        f"<h1>{html.escape(attack)} on {len(truth_rows)} {html.escape(spec.name)} records</h1><p>{html.escape(line)}"
+        "</p><p><small>Each original (grey) above the reconstruction matched to it; green cells right, red wrong"
+        + (", with the attack's per-cell entropy (low: confident)" if rec.extras.get("entropy") is not None else "")
+        + ".</small></p>" + table)
+    return line

@@ -134,6 +134,12 @@ class TextModality(Modality):
             tokenizer = getattr(getattr(model, "base", None), "tokenizer", None)
         return self.measure(rec, truth, spec, tokenizer=tokenizer)
 
+    def attack_outputs(self, attack: str, rec, truth, spec, scores: dict, folder) -> str:
+        """No picture: the scores in ``metrics.json`` and the line (ROUGE on token ids: no tokenizer here)."""
+        return (f"{attack}: ROUGE-1 {scores['rouge1']:.3f}, ROUGE-L {scores['rougeL']:.3f} (on {scores['rouge_on']}),"
+                f" exact sequences {100 * scores['exact_sequences']:.1f} %, token accuracy "
+                f"{100 * scores['token_accuracy']:.1f} %")
+
     def example(self, rec, truth, spec, scores: dict, model):
         from ...audit.execute import text as text_steps
 
