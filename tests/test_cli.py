@@ -40,6 +40,25 @@ def test_simulate_then_attack(tmp_path, capsys):
     assert (tmp_path / "rec" / "comparison.png").exists()
 
 
+def test_simulate_then_attack_a_text_update(tmp_path, capsys):
+    """Token ids are integers: the saved truth of a text update is read as such (it was refused as not floating
+    point, exit 2 after the simulate) and DAGER's exact recovery is scored by the text metrics."""
+    from safetensors.torch import load_file, save_file
+
+    upd = tmp_path / "update"
+    assert run_cli("simulate", "--data", "text", "--model", "gpt2-tiny", "--algorithm", "fedsgd", "--batch-size", 2,
+                   "--samples", 2, "--out", upd) == 0
+    assert run_cli("attack", upd, "--attack", "dager", "--out", tmp_path / "rec") == 0
+    assert "exact sequences 100.0 %" in capsys.readouterr().out
+    scores = json.loads((tmp_path / "rec" / "metrics.json").read_text())
+    assert scores["exact_sequences"] == 1.0 and scores["rouge1"] == 1.0
+    truth = load_file(upd / "truth.safetensors")
+    save_file({"inputs": truth["inputs"].float(), "labels": truth["labels"]}, upd / "truth.safetensors")
+    assert run_cli("attack", upd, "--attack", "dager", "--out", tmp_path / "rec2") == 2
+    err = capsys.readouterr().err
+    assert "integer (token ids) 'inputs'" in err and len(err.strip().splitlines()) == 1
+
+
 def write_config(path, **extra):
     config = {
         "name": "tiny", "data": {"dataset": "digits", "num_clients": 2, "samples_per_client": 2},

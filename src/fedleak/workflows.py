@@ -110,13 +110,13 @@ def load_truth(directory: Path, spec, num_samples: int):
     if not path.exists():
         return None
     tensors = read_safetensors(path, f"corrupt safetensors file {path}")
-    if set(tensors) != {"inputs", "labels"} or not tensors["inputs"].is_floating_point():
-        raise FedleakError(f"{path} must hold floating-point 'inputs' and integer 'labels', got "
-                           f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
-    inputs = tensors["inputs"]
     from .modality import named
 
     modality = named(spec)
+    if set(tensors) != {"inputs", "labels"} or not modality.truth_dtype_ok(tensors["inputs"]):
+        raise FedleakError(f"{path} must hold {modality.truth_dtype} 'inputs' and integer 'labels', got "
+                           f"{ {k: str(v.dtype).replace('torch.', '') for k, v in tensors.items()} }")
+    inputs = tensors["inputs"]
     shape_ok = inputs.dim() >= 1 and len(inputs) == num_samples and modality.truth_shape_ok(inputs, spec)
     if not shape_ok or not bool(inputs.isfinite().all()):
         raise FedleakError(f"{path}: inputs must be {num_samples} finite inputs of shape {tuple(spec.shape)} (the "

@@ -182,6 +182,13 @@ class Modality:
         """Whether client-shared ``inputs`` have this modality's shape for ``spec``."""
         return tuple(inputs.shape[1:]) == tuple(spec.shape)
 
+    #: what :meth:`truth_dtype_ok` accepts, in words (the error line of a saved truth file)
+    truth_dtype = "floating-point"
+
+    def truth_dtype_ok(self, inputs) -> bool:
+        """Whether saved or client-shared ``inputs`` have this modality's dtype (pixels, records: floating point)."""
+        return inputs.is_floating_point()
+
     def labels_are_classes(self) -> bool:
         """Whether labels must be class indices below ``spec.num_classes``."""
         return True

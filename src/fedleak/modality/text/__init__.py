@@ -256,6 +256,11 @@ class TextModality(Modality):
     def truth_shape_ok(self, inputs, spec) -> bool:
         return True  # token sequences: their length is the spec's seq_len, checked by the model
 
+    truth_dtype = "integer (token ids)"
+
+    def truth_dtype_ok(self, inputs) -> bool:
+        return not (inputs.is_floating_point() or inputs.is_complex()) and str(inputs.dtype) != "torch.bool"
+
     def labels_are_classes(self) -> bool:
         return False  # next-token targets, not classes
 
