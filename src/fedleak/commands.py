@@ -162,7 +162,8 @@ def simulate_arguments(p: argparse.ArgumentParser) -> None:
 
 def attack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("update", help="update folder (from `fedleak simulate` or Update.save)")
-    p.add_argument("--attack", default="inverting-gradients", help="see `fedleak attacks`")
+    p.add_argument("--attack", default=None, help="see `fedleak attacks` (default: the data's own: images "
+                   "inverting-gradients, text dager, records tableak)")
     p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE", help="attack option (repeatable)")
     p.add_argument("--model", help="model name (default: recorded in the update)")
     p.add_argument("--data", help="dataset name for the data spec (default: recorded in the update)")

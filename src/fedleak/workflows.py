@@ -128,11 +128,13 @@ def load_truth(directory: Path, spec, num_samples: int):
     return ClientData(inputs, labels)
 
 
-def attack_update(update_dir, out, *, attack: str = "inverting-gradients", options: Optional[dict] = None,
+def attack_update(update_dir, out, *, attack: Optional[str] = None, options: Optional[dict] = None,
                   model: Optional[str] = None, data: Optional[str] = None, data_root: Optional[str] = None,
                   evaluate: bool = True, progress=None, device: str = "cpu",
                   say: Callable[[str], None] = print) -> Optional[dict]:
-    """Attack the update saved in ``update_dir``; the reconstruction goes to ``out``. With its truth file (and
+    """Attack the update saved in ``update_dir`` with ``attack`` (default: the data's own, e.g. TabLeak on
+    records; an honest attack of another modality is refused in one line); the reconstruction goes to ``out``. With
+    its truth file (and
     ``evaluate``) the scores are written to ``out/metrics.json`` with the modality's comparison (images: a grid,
     records: a table of records, :meth:`fedleak.modality.base.Modality.attack_outputs`) and returned."""
     from . import attacks, metrics, models
@@ -145,7 +147,8 @@ def attack_update(update_dir, out, *, attack: str = "inverting-gradients", optio
     from .config.boundary import api_arguments
 
     api_arguments("attack_update", update_dir=(update_dir, (str, os.PathLike), "a folder path"),
-                  out=(out, (str, os.PathLike), "a folder path"), attack=(attack, str, "an attack name"),
+                  out=(out, (str, os.PathLike), "a folder path"),
+                  attack=(attack, (str, type(None)), "an attack name or None"),
                   options=(options, (dict, type(None)), "a mapping of option names to values or None"),
                   model=(model, (str, type(None)), "a model name or None"),
                   data=(data, (str, type(None)), "a dataset name or None"), evaluate=(evaluate, bool, "true or false"))
@@ -163,20 +166,37 @@ def attack_update(update_dir, out, *, attack: str = "inverting-gradients", optio
     if not model_name:
         raise FedleakError("the update does not record its model; pass --model NAME")
     net = models.build(model_name, spec).to(device)
+    from .modality import named
+
+    modality = named(spec)
+    attack = attack or modality.default_attack(update.protocol.algorithm)
     built = attacks.build(attack, **(options or {}))
+    _check_attack_fits(built, attack, modality)
     truth = load_truth(Path(update_dir), spec, update.num_samples) if evaluate else None
     check_update(update, net)  # every check before any work or write
     rec = with_progress(progress, f"attack {attack}", lambda: built.reconstruct(update, net, spec))
     folder = rec.save(out)
     scores = None
     if truth is not None:
-        from .modality import named
-
         scores = metrics.evaluate(rec, truth.to(device), spec)
         (folder / "metrics.json").write_text(json.dumps(scores, indent=1))
-        say(named(spec).attack_outputs(attack, rec, truth, spec, scores, folder))
+        say(modality.attack_outputs(attack, rec, truth, spec, scores, folder))
     say(f"reconstruction saved to {folder}")
     return scores
+
+
+def _check_attack_fits(built, name: str, modality) -> None:
+    """An honest attack of another modality (an image attack on token ids, a text attack on pixels) is refused
+    before any work, as the audit's ``--attacks`` is; the malicious server's readouts are not honest attacks."""
+    from .attacks.base import ATTACKS
+    from .audit.plan.threats import MALICIOUS_NAMES
+
+    if name in MALICIOUS_NAMES or modality.accepts_attack(type(built).__module__):
+        return
+    fits = sorted(n for n, e in ATTACKS.items()
+                  if n not in MALICIOUS_NAMES and modality.accepts_attack(e.cls.__module__))
+    raise FedleakError(f"--attack {name} does not attack {modality.items}; for this update use "
+                       f"{', '.join(fits[:12])}")
 
 
 def inspect_model_file(path, *, model: Optional[str] = None, data: str = "digits", data_root=None,

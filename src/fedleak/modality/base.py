@@ -58,6 +58,10 @@ class Modality:
         """The default optimization attacks ``low`` needs to have run."""
         return []
 
+    def default_attack(self, algorithm: str) -> str:
+        """``fedleak attack``'s attack when none is named: the first honest attack of the audit."""
+        return self.honest_attacks(algorithm)[0]
+
     def accepts_attack(self, module: str) -> bool:
         """Whether an attack class defined in ``module`` attacks this modality's data."""
         return not module.startswith("fedleak.attacks.text")

@@ -39,6 +39,9 @@ class ImageModality(Modality):
 
         return list(HONEST_ATTACKS[algorithm])
 
+    def default_attack(self, algorithm: str) -> str:
+        return "inverting-gradients"  # ``fedleak attack``'s default since it exists, FedSGD and FedAvg alike
+
     def required_exact(self, model, protocol, samples: int) -> list:
         """The row/bias ratio for one sample, SPEAR for a batch, when the first layer is linear with a bias and the
         update is one gradient step (:func:`fedleak.audit.plan.threats.exact_applicable`)."""

@@ -41,6 +41,9 @@ class TabularModality(Modality):
         return text.lower() in ("adult", "german") or text.lower().endswith(SUFFIXES)
 
     # -- the Flower integration (:mod:`.flower`) ------------------------------------------------------
+    def default_attack(self, algorithm: str) -> str:
+        return "tableak"
+
     def flower_attack(self, model, protocol, samples=None) -> str:
         if hasattr(model, "imprint_secrets"):  # a malicious server's imprinted model: read its bins
             return super().flower_attack(model, protocol, samples)
