@@ -92,6 +92,27 @@ def test_gaussian_estimate_recovers_the_true_epsilon():
     assert est.epsilon_two_gaussians(mu, 1.2, 0.0, 1.0, DELTA) > 4.0
 
 
+def test_the_estimates_99_percent_interval_covers_the_true_mu_and_narrows_with_canaries():
+    """The interval printed beside the point estimate (so that a noisy estimate above the claim is not read as a
+    finding): over 300 simulated audits of a μ = 1.5 Gaussian mechanism it covers μ about 99 % of the time (measured
+    296/300 at 40 canaries; bar 96 %), its ε ends bracket the point, and it narrows as the canaries grow."""
+    rng = np.random.default_rng(3)
+    mu, covered, widths = 1.5, 0, {}
+    for m in (40, 400):
+        for _ in range(300 if m == 40 else 20):
+            included = rng.random(m) < 0.5
+            scores = rng.normal(0.0, 1.0, m) + mu * included
+            fit = est.estimate(scores, included, DELTA)
+            low, high = fit["mu_interval"]
+            assert low <= fit["mu"] <= high
+            e_low, e_high = fit["epsilon_interval"]
+            assert e_low <= fit["epsilon"] <= e_high
+            covered += m == 40 and low <= mu <= high
+            widths.setdefault(m, []).append(high - low)
+    assert covered >= 0.96 * 300, covered
+    assert np.mean(widths[400]) < 0.4 * np.mean(widths[40])
+
+
 def test_guesses_reject_bad_scores():
     from fedleak.errors import FedleakError
 

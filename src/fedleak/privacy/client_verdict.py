@@ -60,6 +60,7 @@ def client_verdict(result: dict, fed, mu_claimed: float, local, setting) -> dict
                       bound=result["lower_bounds"][threat], gaussian=gaussian,
                       claim_test={"p_value": check["claim_test"]["p_value"], "hypothesis": f"μ = {mu_claimed:.2f}-GDP"},
                       claim_test_rigorous=gaussian is not None, estimate_epsilon=result["epsilon_estimate"],
+                      estimate_interval=result["estimates"][threat].get("epsilon_interval"),
                       z=z_test(scores, included, mu_claimed),
                       estimated_findings=[f for f in check["findings"] if f.startswith("Estimated")],
                       alpha=check["alpha"], budget=f"{result['canaries']} canary clients, {result['rounds']} rounds",

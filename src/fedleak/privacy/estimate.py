@@ -77,7 +77,9 @@ def _separate(m1: float, s1: float, m0: float, s0: float, delta: float) -> float
 
 
 def estimate(scores, included, delta: float, null_sd=None) -> dict:
-    """Andrew et al.'s estimate from the canaries that took part (``included``) and those that did not.
+    """Andrew et al.'s estimate from the canaries that took part (``included``) and those that did not, with its
+    99 % interval (``mu_interval``, ``epsilon_interval``): the estimate is a point, and with few canaries the
+    interval says how far it may lie from the truth.
 
     ``null_sd`` (optional): the closed-form standard deviation of a non-included canary's statistic,
     reported beside the fitted one as a check of the null.
@@ -89,9 +91,18 @@ def estimate(scores, included, delta: float, null_sd=None) -> dict:
     s1, s0 = float(seen.std(ddof=1)), float(unseen.std(ddof=1))
     pooled = math.sqrt(((seen.size - 1) * s1 ** 2 + (unseen.size - 1) * s0 ** 2) / (scores.size - 2))
     mu = (m1 - m0) / pooled if pooled > 0 else math.inf
+    # 99 % interval of μ: the standardized difference's large-sample standard error (Hedges & Olkin 1985, §5.B:
+    # var = (n₁ + n₀)/(n₁n₀) + μ²/(2(n₁ + n₀))), mapped through the monotone μ ↦ ε(μ-GDP, δ). 99 %, as the
+    # verdict's tests are at α = 0.01: with this (wider) error the interval cannot clear the claim while the
+    # verdict's z-test of the same difference still accepts it
+    n1, n0 = seen.size, unseen.size
+    half = (2.575829 * math.sqrt((n1 + n0) / (n1 * n0) + mu ** 2 / (2 * (n1 + n0)))
+            if math.isfinite(mu) else 0.0)
+    low, high = mu - half, mu + half
     out = {"seen": {"count": int(seen.size), "mean": m1, "sd": s1},
            "unseen": {"count": int(unseen.size), "mean": m0, "sd": s0},
-           "mu": mu, "epsilon": epsilon_of(max(mu, 0.0), delta),
+           "mu": mu, "epsilon": epsilon_of(max(mu, 0.0), delta), "mu_interval": [low, high],
+           "epsilon_interval": [epsilon_of(max(low, 0.0), delta), epsilon_of(max(high, 0.0), delta)],
            "epsilon_separate_variances": _separate(m1, s1, m0, s0, delta)}
     if null_sd is not None:
         out["null_sd_closed_form"] = float(null_sd)

@@ -299,7 +299,8 @@ def audit_opacus(train: Callable, model: nn.Module, dataset, *, canaries: int = 
     v = sgd_verdict(scores=scores["all-iterates"], mean_shift=mean_shift, included=included, family=family,
                     test_set=np.ones(m, bool), bound=headline, check=check, noise=noise, q=q, steps=len(x),
                     claimed=claimed, claim_name=f"{acc_name}, σ = {noise:.4g}, q = {q:.3g}, {steps} steps",
-                    estimate_epsilon=estimates[threat]["epsilon"], delta=delta,
+                    estimate_epsilon=estimates[threat]["epsilon"],
+                    estimate_interval=estimates[threat].get("epsilon_interval"), delta=delta,
                     budget=f"{m} canary examples, {len(x)} steps")
     result = {
         "level": "example", "source": "opacus", "opacus_version": _opacus_version(),

@@ -45,8 +45,11 @@ def _ratio(v: dict, est: float) -> list[str]:
     claim, low = v["epsilon_claimed"], v["epsilon_proved"]
     if not (claim and math.isfinite(claim) and claim > 0 and low is not None and math.isfinite(low)):
         return []
+    interval = v.get("epsilon_estimate_interval") or []
+    spread = (f" (99 % interval {interval[0] / claim:.0%}–{interval[1] / claim:.0%})"
+              if len(interval) == 2 and all(math.isfinite(x) and x < 1000 for x in interval) else "")
     return [f"The proved ε is {low / claim:.0%} of the claimed ε ({v['claim']})"
-            + (f"; the estimate is {est / claim:.0%} of it." if math.isfinite(est) and est < 1000 else ".")]
+            + (f"; the estimate is {est / claim:.0%} of it{spread}." if math.isfinite(est) and est < 1000 else ".")]
 
 
 def sgd_summary_lines(result: dict) -> list[str]:

@@ -129,7 +129,8 @@ def run_example_audit(a: dict, out_dir: Optional[Path]) -> dict:
         test_set=raw != 1.0 if (raw != 1.0).sum() >= 2 else np.ones_like(raw, bool), bound=bounds[threat],
         check=check, noise=noise, q=q, steps=steps, claimed=claimed,
         claim_name=("Opacus PRV" if acc.get("opacus_prv") else "Opacus RDP") + f", σ = {noise:g}, q = {q:.3g}",
-        estimate_epsilon=result["epsilon_estimate"], delta=delta, budget=f"{m} gradient canaries, {steps} steps")
+        estimate_epsilon=result["epsilon_estimate"], estimate_interval=estimates[threat].get("epsilon_interval"),
+        delta=delta, budget=f"{m} gradient canaries, {steps} steps")
     result["exceeds_claim"] = result["verdict"]["exceeds_claim"]
     result["cost_seconds"] = {**{k: round(v, 3) for k, v in run.seconds.items()},
                               "analysis": round(time.perf_counter() - analysis_start, 3),

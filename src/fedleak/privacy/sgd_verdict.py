@@ -42,7 +42,7 @@ def llr_sampler(noise: float, q: float, steps: int, factor: float, seen: bool = 
 def sgd_verdict(*, scores: np.ndarray, mean_shift: np.ndarray, included: np.ndarray, test_set: np.ndarray,
                 bound: dict, check: dict, noise: float, q: float, steps: int, claimed: float, claim_name: str,
                 estimate_epsilon: float, delta: float, budget: str, alpha: float = 0.01,
-                family: str | None = None) -> dict:
+                family: str | None = None, estimate_interval: list | None = None) -> dict:
     """The verdict from the all-iterates ``scores`` (claim test on ``test_set``, the pre-registered canaries),
     the ``mean_shift`` z-test against the claim's q√T/σ, and the headline threat's ``bound``. ``family``: for
     q < 1, the assumption under which ``bound["epsilon_gdp"]`` is an f-DP bound of the mechanism's own family
@@ -69,7 +69,7 @@ def sgd_verdict(*, scores: np.ndarray, mean_shift: np.ndarray, included: np.ndar
                                               "ICML 2025, on its own trade-off curve)"}
     return dp_verdict(epsilon_claimed=claimed, claim_name=claim_name, bound=bound, gaussian=gaussian, **analysis,
                       claim_test={"p_value": check["claim_test"]["p_value"], "hypothesis": hypothesis},
-                      claim_test_rigorous=True, estimate_epsilon=estimate_epsilon,
+                      claim_test_rigorous=True, estimate_epsilon=estimate_epsilon, estimate_interval=estimate_interval,
                       z=z_test(mean_shift, included, q * math.sqrt(steps) / noise),
                       estimated_findings=[f for f in check["findings"] if f.startswith("Estimated")],
                       alpha=alpha, budget=budget, fault_test=fault_test)

@@ -105,7 +105,8 @@ def shift_power(n_in: int, n_out: int, shift: float, p_of: Callable[[np.ndarray,
 def dp_verdict(*, epsilon_claimed: float, claim_name: str, bound: dict, gaussian: Optional[str], claim_test: dict,
                claim_test_rigorous: bool, estimate_epsilon: float, z: Optional[dict], estimated_findings: list,
                alpha: float, budget: str, fault_test: Optional[Callable[[float], float]] = None,
-               arithmetic: tuple = (), tests: Optional[dict] = None, analysis: str = GAUSSIAN_FDP) -> dict:
+               arithmetic: tuple = (), tests: Optional[dict] = None, analysis: str = GAUSSIAN_FDP,
+               estimate_interval: Optional[list] = None) -> dict:
     """Decide the one verdict (module docstring). ``bound``: the headline threat's lower bounds; ``claim_test``:
     ``{"p_value", "hypothesis"}``; ``claim_test_rigorous``: its level holds for the audited mechanism (an (ε, δ)
     test, or a μ-GDP test of a Gaussian-by-construction mechanism); ``z``: :func:`z_test` or None;
@@ -115,7 +116,8 @@ def dp_verdict(*, epsilon_claimed: float, claim_name: str, bound: dict, gaussian
     reasons the claim is wrong by arithmetic on the configuration alone (proved without canaries); ``tests``: the
     level's other pre-registered tests, ``{name: p}`` (each already corrected for its own multiplicity, e.g. the
     noise-scale χ² test or the per-node tests): any p < α makes the verdict at least ``not in force (estimated)``,
-    so ``consistent at this budget`` never stands beside a test that rejects."""
+    so ``consistent at this budget`` never stands beside a test that rejects; ``estimate_interval``: the estimate's
+    99 % interval (:func:`.estimate.estimate`), printed beside it (a point estimate alone can read as a finding)."""
     proved_eps, assumption = headline_bound(bound, gaussian, analysis)
     p = float(claim_test["p_value"])
     bound_above = math.isfinite(epsilon_claimed) and proved_eps > epsilon_claimed
@@ -143,7 +145,8 @@ def dp_verdict(*, epsilon_claimed: float, claim_name: str, bound: dict, gaussian
     out = {"verdict": verdict, "exceeds_claim": verdict == VIOLATED, "epsilon_claimed": epsilon_claimed,
            "claim": claim_name, "epsilon_proved": proved_eps, "assumption": assumption, "alpha": alpha,
            "claim_test_p": p, "claim_test_rigorous": claim_test_rigorous, "z_test": z, "tests": tests,
-           "epsilon_estimate": estimate_epsilon, "reasons": reasons, "budget": budget,
+           "epsilon_estimate": estimate_epsilon, "epsilon_estimate_interval": estimate_interval,
+           "reasons": reasons, "budget": budget,
            "smallest_noise_fault": (smallest_noise_fault(fault_test, alpha)
                                     if verdict == CONSISTENT and fault_test is not None else None)}
     out["sentence"] = _sentence(out)
@@ -171,5 +174,12 @@ def verdict_lines(v: dict, threat: str, delta: float, what: str) -> list[str]:
     return [v["sentence"],
             f"Proved (95 % confidence, {what}, {threat} threat): not ({_f(v['epsilon_proved'])}, {delta:g})-DP "
             f"[{v['assumption']}].",
-            f"Estimated (Gaussian fit to the canary statistics, Andrew et al.): ε ≈ {_f(v['epsilon_estimate'])} at "
-            f"δ = {delta:g}."]
+            f"Estimated (Gaussian fit to the canary statistics, Andrew et al.): ε ≈ {_f(v['epsilon_estimate'])}"
+            + _interval(v.get("epsilon_estimate_interval")) + f" at δ = {delta:g}."]
+
+
+def _interval(interval) -> str:
+    """" (99 % interval a–b)" for the estimate, or nothing when no interval was computed."""
+    if not interval:
+        return ""
+    return f" (99 % interval {_f(interval[0])}–{_f(interval[1])}; a point estimate: the verdict rests on the tests)"
