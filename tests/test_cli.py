@@ -182,3 +182,14 @@ def test_simulate_and_attack_refuse_a_locked_out(tmp_path, capsys, command):
     assert main([*args, "--out", str(out)]) == 2
     assert f"PID {os.getppid()}" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing written beside the other run's lock
+
+
+def test_simulate_and_attack_pick_the_datas_own_model_and_attack(tmp_path, capsys):
+    """A new user's first try on records: no --model, no --attack. The image CNN was the default model (a shape
+    error naming DimitrovCNN on 105 columns) and inverting-gradients the default attack; now the data's own."""
+    upd = tmp_path / "update"
+    assert run_cli("simulate", "--data", "adult", "--algorithm", "fedsgd", "--samples", 4, "--out", upd) == 0
+    assert json.loads((upd / "update.json").read_text())["metadata"]["model"]["name"] == "tabular-mlp"
+    assert run_cli("attack", upd, "-o", "iterations=5", "-o", "restarts=2", "--out", tmp_path / "rec") == 0
+    out = capsys.readouterr().out
+    assert "tableak: cells right" in out and (tmp_path / "rec" / "comparison.html").exists()

@@ -144,7 +144,8 @@ def simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="train")
     p.add_argument("--client", type=int_type(0, MAX_CLIENTS - 1), default=0, help="client index")
     p.add_argument("--samples", type=int_type(1, MAX_SAMPLES), default=10, help="samples per client (N)")
-    p.add_argument("--model", default="femnist-cnn")
+    p.add_argument("--model", default=None, help="zoo name (fedleak models; default: the data's own, as the audit's: "
+                   "images femnist-cnn, records tabular-mlp, text minilm)")
     p.add_argument("--model-seed", type=SEED, default=0)
     p.add_argument("--algorithm", default="fedavg", choices=["fedsgd", "fedavg"])
     p.add_argument("--epochs", type=int_type(1, 10_000), default=1)

@@ -25,17 +25,23 @@ from .errors import FedleakError
 
 
 def simulate_update(out, *, data: str = "digits", data_root: Optional[str] = None, split: str = "train",
-                    client: int = 0, samples: int = 10, model: str = "femnist-cnn", model_seed: int = 0,
+                    client: int = 0, samples: int = 10, model: Optional[str] = None, model_seed: int = 0,
                     algorithm: str = "fedavg", epochs: int = 1, batch_size: Optional[int] = None, lr: float = 0.004,
                     static_batches: bool = False, defense: str = "none", share_labels: str = "none",
                     save_truth: bool = True, seed: int = 0, device: str = "cpu",
                     say: Callable[[str], None] = print) -> Path:
     """One client's update through the one client update (:func:`fedleak.fl.client_update`), saved to ``out``
     (safetensors + JSON) with what the server is told about labels; ``truth.safetensors`` beside it unless
-    ``save_truth`` is False. Returns the folder."""
+    ``save_truth`` is False. ``model`` None: the data's own default (images femnist-cnn, records tabular-mlp, text
+    minilm: the audit's). Returns the folder."""
     from . import data as datasets, models
     from .fl import client_update
     from .runs.experiment import threat_metadata
+
+    if model is None and isinstance(data, str):
+        from .modality import of
+
+        model = of(data).default_model
 
     protocol, defended = _simulate_checks(out, data=data, split=split, client=client, samples=samples, model=model,
                                           model_seed=model_seed, algorithm=algorithm, epochs=epochs,
