@@ -115,6 +115,12 @@ def test_simulate_then_attack_a_saved_update_of_records(tmp_path, capsys):
                  str(tmp_path / "rec3")]) == 2
     assert "precision" in capsys.readouterr().err and not (tmp_path / "rec3").exists()
 
+    fedavg = tmp_path / "fedavg"  # an exact attack whose precondition fails recovers nothing, and says why
+    assert main(["simulate", "--data", "adult", "--algorithm", "fedavg", "--epochs", "2", "--batch-size", "2",
+                 "--samples", "4", "--out", str(fedavg)]) == 0
+    assert main(["attack", str(fedavg), "--attack", "spear", "--out", str(tmp_path / "rec4")]) == 0
+    assert "spear: no record recovered (FedAvg update of 4 local steps" in capsys.readouterr().out
+
     from fedleak.types import Reconstruction
     from fedleak.workflows import load_truth
 

@@ -121,6 +121,9 @@ def attack_page(attack: str, rec, truth, spec, scores: dict, folder) -> str:
     line = (f"{attack}: cells right {100 * scores['accuracy']:.1f} % (random {100 * scores['random']['accuracy']:.1f}"
             f" %, prior {100 * scores['prior']['accuracy']:.1f} %), whole records "
             f"{100 * scores['exact_match_rate']:.1f} %")
+    if not len(guess):  # an exact attack whose precondition failed returns nothing: say why, not only "0 %"
+        reason = (rec.extras.get("exactness") or {}).get("reason")
+        line = f"{attack}: no record recovered" + (f" ({reason})" if reason else "")
     (folder / "comparison.html").write_text(
         f"<!doctype html><meta charset=utf-8><title>fedleak attack: {html.escape(attack)}</title><style>{CSS}</style>"
         f"<h1>{html.escape(attack)} on {len(truth_rows)} {html.escape(spec.name)} records</h1><p>{html.escape(line)}"
