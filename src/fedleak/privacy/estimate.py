@@ -93,8 +93,8 @@ def estimate(scores, included, delta: float, null_sd=None) -> dict:
     mu = (m1 - m0) / pooled if pooled > 0 else math.inf
     # 99 % interval of μ: the standardized difference's large-sample standard error (Hedges & Olkin 1985, §5.B:
     # var = (n₁ + n₀)/(n₁n₀) + μ²/(2(n₁ + n₀))), mapped through the monotone μ ↦ ε(μ-GDP, δ). 99 %, as the
-    # verdict's tests are at α = 0.01: with this (wider) error the interval cannot clear the claim while the
-    # verdict's z-test of the same difference still accepts it
+    # verdict's tests are at α = 0.01: with this (wider) error the interval clears the claim only where the z-test
+    # of the same difference rejects too (unless the canaries' spread is not the null's: the noise-scale test's case)
     n1, n0 = seen.size, unseen.size
     half = (2.575829 * math.sqrt((n1 + n0) / (n1 * n0) + mu ** 2 / (2 * (n1 + n0)))
             if math.isfinite(mu) else 0.0)
