@@ -193,3 +193,20 @@ def test_simulate_and_attack_pick_the_datas_own_model_and_attack(tmp_path, capsy
     assert run_cli("attack", upd, "-o", "iterations=5", "-o", "restarts=2", "--out", tmp_path / "rec") == 0
     out = capsys.readouterr().out
     assert "tableak: cells right" in out and (tmp_path / "rec" / "comparison.html").exists()
+
+
+def test_run_an_experiment_of_records_and_one_of_text(tmp_path, capsys):
+    """`fedleak run` on records and on token ids: each job scored by its modality, no picture grid (it raised
+    "psnr needs one value per pair" for both), the table's columns those the records carry."""
+    configs = {"tab": ("{dataset: adult, num_clients: 2, samples_per_client: 4}", "tabular-mlp", "spear"),
+               "txt": ("{dataset: text, num_clients: 1, samples_per_client: 2}", "gpt2-tiny", "dager")}
+    for name, (data, model, attack) in configs.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"name: {name}\ndata: {data}\nmodel: {{name: {model}}}\nprotocol: {{algorithm: fedsgd}}\n"
+                        f"threat: {{labels: labels}}\nvariants: {{v: {{attack: {attack}}}}}\n")
+        assert run_cli("--threads", 1, "run", path, "--out", tmp_path / name) == 0
+        assert run_cli("report", tmp_path / name) == 0
+        assert not list((tmp_path / name).rglob("*.png"))
+    table = (tmp_path / "tab" / "table.md").read_text()
+    assert "| accuracy" in table and "| exact_match_rate" in table and "100.00 ± 0.00" in table
+    assert "| 100.00 ± 0.00 |" in (tmp_path / "txt" / "table.md").read_text()

@@ -26,6 +26,8 @@ class Modality:
     items: str = "inputs"
     #: the zoo model an audit builds when the user names none
     default_model: str = ""
+    #: whether a reconstruction is shown as a picture grid (``fedleak run``'s per-job PNG); records and text are not
+    pictures: bool = False
     #: the verdict rule in words, and what counts as one recovered item
     rule: str = ""
     recovered_item: str = ""

@@ -279,7 +279,10 @@ class Runner:
                   "seconds": seconds, **scores,
                   "attack_extras": {k: v for k, v in rec.extras.items() if k != "loss_history"},
                   "job_hash": job.hash}
-        image = _grid(rec, client, spec, scores) if m.get("save_images", True) else None
+        from ..modality import named
+
+        # a picture grid where the data are pictures (records and token ids are scored, not drawn)
+        image = _grid(rec, client, spec, scores) if m.get("save_images", True) and named(spec).pictures else None
         return {"record": record, "image": image}
 
     @staticmethod

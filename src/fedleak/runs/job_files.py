@@ -81,7 +81,8 @@ def write_json(path: Path, payload: dict) -> None:
 
 
 _NUMBER_KEYS = ("mse", "psnr", "ssim", "lpips", "iip", "rec_percent", "threshold", "label_count_error",
-                "label_accuracy", "rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy")
+                "label_accuracy", "rouge1", "rouge2", "rougeL", "exact_sequences", "token_accuracy",
+                "accuracy", "categorical_accuracy", "continuous_accuracy", "exact_match_rate")
 
 
 @functools.lru_cache(maxsize=1)

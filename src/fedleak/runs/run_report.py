@@ -16,9 +16,11 @@ from pathlib import Path
 from ..errors import FedleakError
 from .job_files import load_results, write_json
 
+#: records (:func:`fedleak.metrics.tabular.evaluate`): cells right and whole records; shown only where present
+TABULAR_METRICS = ("accuracy", "categorical_accuracy", "continuous_accuracy", "exact_match_rate")
 SUMMARY_METRICS = ("rec_percent", "psnr", "ssim", "mse", "iip", "lpips", "label_count_error", "label_accuracy",
-                   "seconds")
-TABLE_METRICS = ("rec_percent", "psnr", "ssim", "label_count_error")
+                   "seconds", *TABULAR_METRICS)
+TABLE_METRICS = ("rec_percent", "psnr", "ssim", "label_count_error", "accuracy", "exact_match_rate")
 
 
 def summarize(rows: list[dict]) -> dict:

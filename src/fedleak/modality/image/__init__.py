@@ -20,6 +20,7 @@ from . import execute, report
 class ImageModality(Modality):
     name = "image"
     items = "images"
+    pictures = True
     default_model = "femnist-cnn"  # fedleak.audit.plan.default.DEFAULT_MODEL
     recovered_item = ("an image whose reconstruction's PSNR against its original is above the Rec% threshold "
                       "(20 dB; 19 dB for CIFAR-100)")

@@ -107,7 +107,9 @@ def scores_of(rec, client, spec) -> dict:
     guess = rec.inputs.detach().reshape(-1, width).cpu()
     entropy = rec.extras.get("entropy")
     entropy = torch.tensor(entropy) if entropy is not None and len(guess) else None
-    return evaluate(spec.schema, guess, client.inputs.detach().reshape(-1, width).cpu(), entropy=entropy)
+    scores = evaluate(spec.schema, guess, client.inputs.detach().reshape(-1, width).cpu(), entropy=entropy)
+    scores["rec_percent"] = 100.0 * scores["exact_match_rate"]  # a recognizable record: every column right
+    return scores
 
 
 def attack_page(attack: str, rec, truth, spec, scores: dict, folder) -> str:
