@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import statistics
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -154,6 +155,18 @@ def paper_rows(entry: Entry, rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return mine, [r for r in rows if r not in mine]
 
 
+def _call(cmd: list, **kwargs) -> int:
+    """``subprocess.call`` whose child stops with this runner: a SIGTERM to the runner is passed on to the child's
+    ``fedleak run`` (which keeps its finished job files and exits), so that no orphan goes on computing and writing
+    job files after the runner was stopped (it did: the child of a stopped runner finished its job 20 min later)."""
+    child = subprocess.Popen(cmd, **kwargs)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     target = max(e.clients for e in PLAN)
@@ -168,7 +181,7 @@ def run(args) -> int:
             continue  # the dataset has fewer paper clients than the target
         cmd = [*command(entry, 1), "--first-client", str(index[k - 1])]
         print(f"[seed-tables] {entry.preset}: paper client {k} of {entry.clients} (index {index[k - 1]})", flush=True)
-        code = subprocess.call(["nice", "-n", "19", *cmd], env=env, cwd=ROOT)
+        code = _call(["nice", "-n", "19", *cmd], env=env, cwd=ROOT)
         if code == 130 or code < 0:
             return 130
         if code != 0:
@@ -213,7 +226,7 @@ def gpu(args) -> int:
         started = time.monotonic()
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder.parent / f"{folder.name}.log", "w") as log:  # beside the folder: why a job failed
-            code = subprocess.call(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            code = _call(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         merged = 0
         for path in folder.glob("jobs/*/*/*.json"):
             target = RUNS / entry.preset / path.relative_to(folder)
