@@ -26,8 +26,7 @@ class Modality:
     items: str = "inputs"
     #: the zoo model an audit builds when the user names none
     default_model: str = ""
-    #: whether a reconstruction is shown as a picture grid (``fedleak run``'s per-job PNG); records and text are not
-    pictures: bool = False
+
     #: the verdict rule in words, and what counts as one recovered item
     rule: str = ""
     recovered_item: str = ""
@@ -95,6 +94,11 @@ class Modality:
 
         raise FedleakError(f"fedleak.metrics.evaluate scores images, text and records; {self.name} reconstructions "
                            f"are scored by their modality's own metrics")
+
+    def picture(self, rec, truth, spec, scores: dict, count: int):
+        """Up to ``count`` originals above their matched reconstructions as a PIL image, or None where the data
+        are not pictures (records and token ids are scored, not drawn): ``fedleak run``'s per-job PNG."""
+        return None
 
     def attack_outputs(self, attack: str, rec, truth, spec, scores: dict, folder) -> str:
         """``fedleak attack`` with the update's truth file: the comparison it writes into ``folder`` beside the

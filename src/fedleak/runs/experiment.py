@@ -281,8 +281,7 @@ class Runner:
                   "job_hash": job.hash}
         from ..modality import named
 
-        # a picture grid where the data are pictures (records and token ids are scored, not drawn)
-        image = _grid(rec, client, spec, scores) if m.get("save_images", True) and named(spec).pictures else None
+        image = named(spec).picture(rec, client, spec, scores, 16) if m.get("save_images", True) else None
         return {"record": record, "image": image}
 
     @staticmethod
@@ -333,20 +332,6 @@ def compute_job(context: RunContext, job: PlannedJob) -> dict:
         runner = _RUNNERS[context.key] = Runner(context.config, device=context.device, dtype=context.dtype,
                                                 show_progress=False, log=lambda *_: None)
     return runner.compute(job)
-
-
-def _grid(rec, client: ClientData, spec, scores: dict):
-    """Originals above their matched reconstructions (at most 16), as a PIL image."""
-    from ..report import comparison_grid
-
-    order = scores.get("assignment") or []
-    originals = spec.denormalize(client.inputs.detach().cpu().float())
-    recs = spec.denormalize(rec.inputs.detach().cpu().float())
-    matched = torch.stack([recs[i] if i is not None else torch.zeros_like(originals[0]) for i in order]) \
-        if order else recs[: len(originals)]
-    count = min(len(originals), 16)
-    return comparison_grid(originals[:count], matched[:count], psnr=scores.get("psnr_per_input", [])[:count])
-
 
 
 def _config_json(config: ExperimentConfig) -> dict:

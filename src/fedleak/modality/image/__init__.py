@@ -20,7 +20,6 @@ from . import execute, report
 class ImageModality(Modality):
     name = "image"
     items = "images"
-    pictures = True
     default_model = "femnist-cnn"  # fedleak.audit.plan.default.DEFAULT_MODEL
     recovered_item = ("an image whose reconstruction's PSNR against its original is above the Rec% threshold "
                       "(20 dB; 19 dB for CIFAR-100)")
@@ -112,16 +111,26 @@ class ImageModality(Modality):
     def example(self, rec, truth, spec, scores: dict, model):
         return execute.example(rec, truth, spec, scores)
 
-    def attack_outputs(self, attack: str, rec, truth, spec, scores: dict, folder) -> str:
-        """``comparison.png``: up to 32 originals above their matched reconstructions, PSNR under each."""
+    def picture(self, rec, truth, spec, scores: dict, count: int):
+        """Originals above their matched reconstructions (the metrics' assignment; an original left unmatched
+        beside a blank), PSNR under each."""
         import torch
 
-        from ...report import comparison_grid, save_png
+        from ...report import comparison_grid
 
-        recs = spec.denormalize(rec.inputs.cpu())
-        matched = torch.stack([recs[i] if i is not None else torch.zeros_like(recs[0]) for i in scores["assignment"]])
-        save_png(comparison_grid(spec.denormalize(truth.inputs.cpu())[:32], matched[:32],
-                                 psnr=scores["psnr_per_input"][:32]), Path(folder) / "comparison.png")
+        order = scores.get("assignment") or []
+        originals = spec.denormalize(truth.inputs.detach().cpu().float())
+        recs = spec.denormalize(rec.inputs.detach().cpu().float())
+        matched = torch.stack([recs[i] if i is not None else torch.zeros_like(originals[0]) for i in order]) \
+            if order else recs[: len(originals)]
+        count = min(len(originals), count)
+        return comparison_grid(originals[:count], matched[:count], psnr=scores.get("psnr_per_input", [])[:count])
+
+    def attack_outputs(self, attack: str, rec, truth, spec, scores: dict, folder) -> str:
+        """``comparison.png``: up to 32 originals above their matched reconstructions, PSNR under each."""
+        from ...report import save_png
+
+        save_png(self.picture(rec, truth, spec, scores, 32), Path(folder) / "comparison.png")
         return (f"{attack}: PSNR {scores['psnr']:.2f} dB, SSIM {scores['ssim']:.3f}, "
                 f"Rec% {scores['rec_percent']:.1f} (> {scores['threshold']} dB)")
 
